@@ -1,0 +1,176 @@
+"""SpeculativeDecoder: the propose -> verify -> accept/rollback loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Iterable, Iterator, Literal, Sequence
+
+from . import sampling as _sampling
+from .drafters.autoregressive import common_prefix_length
+from .engine import (ConfigError, ContextOverflowError, DrafterEngine, SpecDecError,
+                     SpeculativeEngine, check_tokens)
+from .proposal import DraftProposal, VerificationPolicy
+from .sampling import SamplingParams
+from .schedule import DraftSchedule, FixedSchedule
+from .stats import SpecStats
+
+Origin = Literal["accepted", "correction", "bonus", "target"]
+StopReason = Literal["eog", "stop_token", "length", "context"]
+_NO_PROPOSAL = DraftProposal()
+
+
+@dataclass(frozen=True)
+class RoundEvent:
+    """What one round added: tokens, each token's origin, the live stats, and why it stopped (last round only)."""
+
+    tokens: tuple[int, ...]
+    origins: tuple[Origin, ...]
+    stats: SpecStats
+    stop_reason: StopReason | None = None
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """The generated tokens (stop tokens excluded), the run's stats and why it stopped."""
+
+    tokens: list[int]
+    stats: SpecStats
+    stop_reason: StopReason
+
+
+class SpeculativeDecoder:
+    """Generate with ``target``, letting ``drafter`` propose up to ``num_draft_tokens`` per round.
+
+    ``drafter=None`` is plain target-only decoding through the same loop (the fair
+    baseline). ``schedule`` chooses k each round (default: always ``num_draft_tokens``;
+    see :mod:`specdec_gguf.schedule` for the adaptive one). Greedy output equals the
+    target's own greedy output for any drafter and k; sampling follows Chen et al. (2023).
+    """
+
+    def __init__(self, target: SpeculativeEngine, drafter: DrafterEngine | None = None, *,
+                 num_draft_tokens: int = 4, schedule: DraftSchedule | None = None) -> None:
+        if not isinstance(num_draft_tokens, int) or not 1 <= num_draft_tokens <= target.n_ctx:
+            raise ConfigError(
+                f"num_draft_tokens={num_draft_tokens!r} must be an integer in [1, n_ctx={target.n_ctx}]")
+        self.target = target
+        self.drafter = drafter
+        self.num_draft_tokens = num_draft_tokens
+        self.schedule = schedule or FixedSchedule(num_draft_tokens)
+        self._cached: list[int] = []  # tokens in the target's cache after the last run
+
+    def generate(self, prompt_tokens: Sequence[int], max_new_tokens: int,
+                 sampling: SamplingParams = SamplingParams(),
+                 stop_token_ids: Iterable[int] | None = None) -> GenerationResult:
+        """Run to a stop and return every generated token with the stats."""
+        tokens: list[int] = []
+        last: RoundEvent | None = None
+        for last in self.stream(prompt_tokens, max_new_tokens, sampling, stop_token_ids):
+            tokens.extend(last.tokens)
+        assert last is not None and last.stop_reason is not None  # stream always ends on a stop
+        return GenerationResult(tokens=tokens, stats=last.stats, stop_reason=last.stop_reason)
+
+    def stream(self, prompt_tokens: Sequence[int], max_new_tokens: int,
+               sampling: SamplingParams = SamplingParams(),
+               stop_token_ids: Iterable[int] | None = None) -> Iterator[RoundEvent]:
+        """Yield one RoundEvent per round; the last one carries ``stop_reason``.
+
+        The stats object is live (updated in place); take ``.copy()`` to keep a snapshot.
+        """
+        prompt = self._validate(prompt_tokens, max_new_tokens)
+        return self._rounds(prompt, max_new_tokens, sampling, frozenset(stop_token_ids or ()))
+
+    def _validate(self, prompt_tokens: Sequence[int], max_new_tokens: int) -> list[int]:
+        prompt = [int(t) for t in prompt_tokens]
+        if not prompt:
+            raise ConfigError("the prompt is empty: give at least one token (e.g. BOS)")
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens={max_new_tokens!r} must be an integer >= 1")
+        if len(prompt) >= self.target.n_ctx:
+            raise ContextOverflowError(
+                f"the prompt has {len(prompt)} tokens but n_ctx={self.target.n_ctx} leaves no room to "
+                f"generate; use a prompt shorter than {self.target.n_ctx} tokens or a larger context")
+        check_tokens(prompt, self.target.n_vocab, "prompt token")
+        return prompt
+
+    def _rounds(self, prompt: list[int], max_new_tokens: int, params: SamplingParams,
+                stops: frozenset[int]) -> Iterator[RoundEvent]:
+        target, drafter, schedule = self.target, self.drafter, self.schedule
+        policy, rng = VerificationPolicy.from_sampling(params), params.rng()
+        stats = SpecStats(prompt_tokens=len(prompt))
+        context = list(prompt)  # committed tokens; the cache holds all but the last (the anchor)
+        try:
+            t0 = perf_counter()
+            self._prefill(prompt[:-1])
+            if drafter is not None:
+                drafter.start(prompt)
+            stats.prefill_seconds = perf_counter() - t0
+            schedule.start()
+            while True:
+                t_round = perf_counter()
+                room = min(target.n_ctx - len(context), max_new_tokens - (len(context) - len(prompt))) - 1
+                k = min(schedule.next_k(), room) if drafter is not None else 0
+                proposal = drafter.propose(k, policy, rng) if k > 0 else _NO_PROPOSAL
+                t_verify = perf_counter()
+                out = target.forward_proposal(context[-1], proposal, greedy=policy.greedy)
+                if policy.greedy:
+                    n_acc, token = _sampling.greedy_accept(proposal.tokens, out)
+                else:
+                    n_acc, token = _sampling.rejection_sample(
+                        proposal.tokens, proposal.draft_probs, out, params, rng)
+                new = [*proposal.tokens[:n_acc], token]
+                last: Origin = "target" if not proposal.tokens else (
+                    "bonus" if n_acc == len(proposal.tokens) else "correction")
+                origins: list[Origin] = ["accepted"] * n_acc + [last]
+                stop_reason: StopReason | None = None
+                for i, t in enumerate(new):
+                    if t in stops or target.is_eog(t):
+                        stop_reason = "stop_token" if t in stops else "eog"
+                        del new[i:], origins[i:]
+                        break
+                context.extend(new)
+                target.reset(len(context) - 1)
+                if drafter is not None:
+                    drafter.accept(n_acc, new)
+                t_end = perf_counter()
+                stats.record_round(len(proposal.tokens), n_acc, len(new))
+                stats.draft_seconds += t_verify - t_round
+                stats.verify_seconds += t_end - t_verify
+                stats.generation_seconds += t_end - t_round
+                schedule.observe(len(proposal.tokens), n_acc, t_verify - t_round, t_end - t_verify)
+                if stop_reason is None:
+                    if len(context) - len(prompt) >= max_new_tokens:
+                        stop_reason = "length"
+                    elif len(context) >= target.n_ctx:
+                        stop_reason = "context"
+                self._cached = context[:-1]
+                yield RoundEvent(tuple(new), tuple(origins), stats, stop_reason)
+                if stop_reason is not None:
+                    return
+        except BaseException:
+            self._restore(context)
+            raise
+
+    def _prefill(self, prefix: list[int]) -> None:
+        """Fill the target's cache with ``prefix``, reusing what the last run left there."""
+        target = self.target
+        keep = common_prefix_length(self._cached, prefix) if target.n_past == len(self._cached) else 0
+        self._cached = []  # unknown until the prefill succeeds
+        target.reset(keep)
+        if len(prefix) > keep:
+            target.advance(prefix[keep:])
+        self._cached = prefix
+
+    def _restore(self, context: list[int]) -> None:
+        """After an error, leave both engines at the committed context (best effort)."""
+        try:
+            committed = min(self.target.n_past, len(context) - 1)
+            self.target.reset(committed)
+            self._cached = context[:committed]
+        except SpecDecError:
+            self._cached = []
+        if self.drafter is not None:
+            try:
+                self.drafter.rollback()
+            except SpecDecError:
+                pass

@@ -1,0 +1,98 @@
+"""AutoregressiveDrafter: a small draft model on any SpeculativeEngine proposes k tokens."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..engine import ConfigError, DrafterEngine, SpeculativeEngine
+from ..proposal import DraftProposal, VerificationPolicy
+from ..sampling import probs_from_logits, sample
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+class AutoregressiveDrafter(DrafterEngine):
+    """Drafts greedily (or samples from q when the decoder samples) with a draft model.
+
+    The draft engine's cache holds the committed context minus its last token (the
+    anchor); each proposal feeds the unprocessed tail, then one token per step.
+    After a round it rolls back past the rejected tokens, and the next proposal
+    catches up on the correction/bonus token in the same pass as the anchor.
+    ``p_min`` > 0 stops a greedy draft early when the draft's own top probability
+    (softmax at temperature 1) falls below it.
+    """
+
+    name = "draft-model"
+
+    def __init__(self, engine: SpeculativeEngine, *, p_min: float = 0.0) -> None:
+        if not 0.0 <= p_min < 1.0:
+            raise ConfigError(f"p_min={p_min!r} must lie in [0, 1)")
+        self.engine = engine
+        self.p_min = p_min
+        self._context: list[int] = []
+
+    def start(self, prompt_tokens: Sequence[int]) -> None:
+        engine = self.engine
+        prefix = list(prompt_tokens[:-1])
+        keep = common_prefix_length(self._context[: engine.n_past], prefix)
+        self._context = []  # invalid until the prefill succeeds
+        engine.reset(keep)
+        if len(prefix) > keep:
+            engine.advance(prefix[keep:])
+        self._context = list(prompt_tokens)
+
+    def propose(self, max_tokens: int, policy: VerificationPolicy,
+                rng: np.random.Generator) -> DraftProposal:
+        engine, ctx = self.engine, self._context
+        # After k steps the cache holds len(ctx) - 1 + k tokens.
+        max_tokens = min(max_tokens, engine.n_ctx - len(ctx) + 1)
+        if max_tokens <= 0:
+            return DraftProposal()
+        feed = ctx[engine.n_past:]
+        want_rows = not policy.greedy or self.p_min > 0.0
+        tokens: list[int] = []
+        rows: list[np.ndarray] = []
+        for _ in range(max_tokens):
+            if not want_rows:
+                tokens.append(int(engine.forward_argmax(feed)[-1]))
+            else:
+                logits = engine.forward_logits(feed)[-1]  # [V]
+                if policy.greedy:
+                    token = int(np.argmax(logits))
+                    if _top_probability(logits) < self.p_min:
+                        break
+                else:
+                    draft_probs = probs_from_logits(logits, policy.sampling)  # [V]
+                    token = sample(draft_probs, rng)
+                    rows.append(draft_probs)
+                tokens.append(token)
+            feed = tokens[-1:]
+        if not tokens:
+            return DraftProposal()
+        return DraftProposal(tokens=tuple(tokens), draft_probs=np.stack(rows) if rows else None)
+
+    def accept(self, n_accepted: int, committed: Sequence[int]) -> None:
+        kept = len(self._context) + min(n_accepted, len(committed))
+        if self.engine.n_past > kept:
+            self.engine.reset(kept)
+        self._context.extend(int(t) for t in committed)
+
+    def rollback(self) -> None:
+        limit = max(len(self._context) - 1, 0)
+        if self.engine.n_past > limit:
+            self.engine.reset(limit)
+
+
+def _top_probability(logits: np.ndarray) -> float:
+    """max softmax(logits) without materializing the normalized vector."""
+    shifted = logits - logits.max()
+    return float(1.0 / np.exp(shifted, dtype=np.float64).sum())

@@ -1,0 +1,113 @@
+"""sampling.py on hand-made vectors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specdec_gguf import ConfigError, SamplingParams, SpecDecError
+from specdec_gguf.sampling import (greedy_accept, probs_from_logits, rejection_sample, residual_probs,
+                                   sample)
+
+LOGITS = np.log(np.array([0.5, 0.2, 0.15, 0.1, 0.05]))
+
+
+def test_temperature_one_is_softmax():
+    probs = probs_from_logits(LOGITS, SamplingParams(temperature=1.0))
+    np.testing.assert_allclose(probs, [0.5, 0.2, 0.15, 0.1, 0.05])
+
+
+def test_greedy_is_one_hot_argmax():
+    probs = probs_from_logits(np.array([0.1, 3.0, 2.9]), SamplingParams())
+    assert probs.tolist() == [0.0, 1.0, 0.0]
+
+
+def test_low_temperature_sharpens():
+    cold = probs_from_logits(LOGITS, SamplingParams(temperature=0.5))
+    squared = np.array([0.5, 0.2, 0.15, 0.1, 0.05]) ** 2
+    np.testing.assert_allclose(cold, squared / squared.sum())
+
+
+def test_top_k_keeps_k_best():
+    probs = probs_from_logits(LOGITS, SamplingParams(temperature=1.0, top_k=2))
+    np.testing.assert_allclose(probs, [0.5 / 0.7, 0.2 / 0.7, 0, 0, 0])
+
+
+@pytest.mark.parametrize("top_p, kept", [(0.5, 1), (0.6, 2), (0.7, 2), (0.71, 3), (0.95, 4), (1.0, 5)])
+def test_top_p_keeps_smallest_set_reaching_mass(top_p, kept):
+    probs = probs_from_logits(LOGITS, SamplingParams(temperature=1.0, top_p=top_p))
+    assert np.count_nonzero(probs) == kept
+    assert probs[:kept].sum() == pytest.approx(1.0)
+
+
+def test_top_p_on_large_vocab_uses_growing_partial_sort():
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal(5000)
+    probs = probs_from_logits(logits, SamplingParams(temperature=1.0, top_p=0.9))
+    full = np.exp(logits - logits.max())
+    full /= full.sum()
+    order = np.argsort(-full)
+    n = int(np.searchsorted(np.cumsum(full[order]), 0.9)) + 1
+    assert set(np.flatnonzero(probs)) == set(order[:n])
+    assert n > 64  # the first partial sort was not enough
+
+
+def test_min_p_drops_tokens_below_share_of_max():
+    probs = probs_from_logits(LOGITS, SamplingParams(temperature=1.0, min_p=0.25))
+    # 0.25 * 0.5 = 0.125: keeps 0.5, 0.2, 0.15
+    np.testing.assert_allclose(probs, [0.5 / 0.85, 0.2 / 0.85, 0.15 / 0.85, 0, 0])
+
+
+def test_sample_follows_probabilities():
+    rng = np.random.default_rng(1)
+    probs = np.array([0.1, 0.0, 0.6, 0.3])
+    draws = np.bincount([sample(probs, rng) for _ in range(20000)], minlength=4) / 20000
+    np.testing.assert_allclose(draws, probs, atol=0.015)
+    assert draws[1] == 0
+
+
+def test_residual_is_positive_part_of_difference():
+    target_probs = np.array([0.5, 0.3, 0.2])
+    draft_row = np.array([0.2, 0.6, 0.2])
+    np.testing.assert_allclose(residual_probs(target_probs, draft_row, 1), [1.0, 0.0, 0.0])
+    np.testing.assert_allclose(residual_probs(target_probs, None, 0), [0.0, 0.6, 0.4])
+
+
+@pytest.mark.parametrize("draft, argmax, expected", [
+    ([], [7], (0, 7)),
+    ([1, 2, 3], [1, 2, 3, 9], (3, 9)),
+    ([1, 2, 3], [1, 5, 3, 9], (1, 5)),
+    ([4], [0, 4], (0, 0)),
+])
+def test_greedy_accept(draft, argmax, expected):
+    assert greedy_accept(draft, np.array(argmax)) == expected
+
+
+def test_rejection_sample_accepts_when_target_agrees_fully():
+    logits = np.log(np.array([[1e-9, 1.0, 1e-9], [1e-9, 1e-9, 1.0]]))
+    rng = np.random.default_rng(0)
+    assert rejection_sample([1], None, logits, SamplingParams(temperature=1.0), rng) == (1, 2)
+
+
+def test_rejection_sample_rejects_token_target_never_makes():
+    logits = np.log(np.array([[1.0, 1e-30, 1e-30], [1.0, 1e-30, 1e-30]]))
+    rng = np.random.default_rng(0)
+    assert rejection_sample([2], None, logits, SamplingParams(temperature=1.0, top_k=1), rng) == (0, 0)
+
+
+def test_rejection_without_full_draft_rows_raises():
+    logits = np.log(np.array([[0.5, 0.5], [0.5, 0.5]]))
+    rng = np.random.default_rng(0)
+    with pytest.raises(SpecDecError, match="full rows"):
+        for _ in range(50):  # q(x)=0.9 > p(x)=0.5: a rejection comes quickly
+            rejection_sample([1], np.array([0.9]), logits, SamplingParams(temperature=1.0), rng)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"temperature": -0.1}, "temperature"), ({"temperature": float("nan")}, "temperature"),
+    ({"top_k": -1}, "top_k"), ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p"),
+    ({"min_p": 1.0}, "min_p"), ({"min_p": -0.1}, "min_p"), ({"seed": -3}, "seed"),
+])
+def test_bad_sampling_params_name_the_value(kwargs, name):
+    with pytest.raises(ConfigError, match=name):
+        SamplingParams(**kwargs)

@@ -1,0 +1,44 @@
+"""SpecStats arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdec_gguf import SpecStats
+
+
+def test_record_round_and_derived_figures():
+    stats = SpecStats()
+    stats.record_round(drafted=4, accepted=4, generated=5)
+    stats.record_round(drafted=4, accepted=1, generated=2)
+    stats.record_round(drafted=0, accepted=0, generated=1)
+    stats.record_round(drafted=2, accepted=0, generated=1)
+    stats.generation_seconds = 2.0
+    assert stats.target_passes == 4
+    assert stats.generated_tokens == 9
+    assert stats.acceptance_rate == pytest.approx(5 / 10)
+    assert stats.tokens_per_target_pass == pytest.approx(9 / 4)
+    assert stats.mean_accepted_length == pytest.approx(5 / 3)
+    assert stats.per_position_drafted == [3, 3, 2, 2]
+    assert stats.per_position_accepted == [2, 1, 1, 1]
+    assert stats.per_position_acceptance == pytest.approx([2 / 3, 1 / 3, 0.5, 0.5])
+    assert stats.accepted_length_histogram == [1, 1, 0, 0, 1]
+    assert stats.generation_throughput == pytest.approx(4.5)
+
+
+def test_empty_stats_do_not_divide_by_zero():
+    stats = SpecStats()
+    assert stats.acceptance_rate == stats.tokens_per_target_pass == stats.generation_throughput == 0.0
+
+
+def test_as_dict_has_glossary_names_and_copy_is_independent():
+    stats = SpecStats()
+    stats.record_round(3, 2, 3)
+    d = stats.as_dict()
+    for key in ("acceptance_rate", "tokens_per_target_pass", "generation_throughput",
+                "accepted_length_histogram", "per_position_acceptance", "draft_seconds", "verify_seconds"):
+        assert key in d
+    snap = stats.copy()
+    stats.record_round(3, 0, 1)
+    assert snap.per_position_drafted == [1, 1, 1]
+    assert snap.target_passes == 1
