@@ -53,6 +53,9 @@ class SpeculativeDecoder:
         if not isinstance(num_draft_tokens, int) or not 1 <= num_draft_tokens <= target.n_ctx:
             raise ConfigError(
                 f"num_draft_tokens={num_draft_tokens!r} must be an integer in [1, n_ctx={target.n_ctx}]")
+        check_target = getattr(drafter, "check_target", None)
+        if check_target is not None:
+            check_target(target)  # before any generation: a mismatch would decode garbage
         self.target = target
         self.drafter = drafter
         self.num_draft_tokens = num_draft_tokens

@@ -15,3 +15,23 @@ def target() -> InMemoryEngine:
 @pytest.fixture
 def draft(target: InMemoryEngine) -> InMemoryEngine:
     return target.perturbed(0.3, seed=11)
+
+
+@pytest.fixture(scope="session")
+def tiny_family(tmp_path_factory):
+    """A tiny F32 target/draft pair (written once per test session)."""
+    from specdec_gguf.tiny import write_tiny_family
+
+    return write_tiny_family(tmp_path_factory.mktemp("tiny"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_engines(tiny_family):
+    """Loaded tiny target and draft engines, shared by the tests that reset them."""
+    from specdec_gguf.engines import LlamaCppEngine
+
+    target = LlamaCppEngine(tiny_family.target, n_ctx=512, n_batch=64)
+    draft = LlamaCppEngine(tiny_family.draft, n_ctx=512, n_batch=64)
+    yield target, draft
+    target.close()
+    draft.close()

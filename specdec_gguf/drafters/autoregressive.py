@@ -6,9 +6,10 @@ from typing import Sequence
 
 import numpy as np
 
-from ..engine import ConfigError, DrafterEngine, SpeculativeEngine
+from ..engine import ConfigError, DrafterEngine, SpeculativeEngine, VocabMismatchError
 from ..proposal import DraftProposal, VerificationPolicy
 from ..sampling import probs_from_logits, sample
+from ..vocab import check_compatible
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -39,6 +40,14 @@ class AutoregressiveDrafter(DrafterEngine):
         self.engine = engine
         self.p_min = p_min
         self._context: list[int] = []
+
+    def check_target(self, target: SpeculativeEngine) -> None:
+        """Raise VocabMismatchError unless the draft's token ids mean the same text to ``target``."""
+        if hasattr(target, "token_texts") and hasattr(self.engine, "token_texts"):
+            check_compatible(target, self.engine)  # type: ignore[arg-type]
+        elif target.n_vocab != self.engine.n_vocab:
+            raise VocabMismatchError(
+                f"vocabulary sizes differ: target {target.n_vocab}, draft {self.engine.n_vocab}")
 
     def start(self, prompt_tokens: Sequence[int]) -> None:
         engine = self.engine

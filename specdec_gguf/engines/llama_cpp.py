@@ -1,0 +1,333 @@
+"""LlamaCppEngine: a GGUF model in llama.cpp through llama-cpp-python's low-level API.
+
+The only module that imports ``llama_cpp``. One reusable ``llama_batch`` is filled
+through numpy views; logits are read through a numpy view of llama.cpp's output
+buffer, and only for the positions a call needs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from functools import cached_property
+from pathlib import Path
+from typing import Literal, Sequence
+
+import llama_cpp as lc
+import numpy as np
+
+from ..engine import ConfigError, EngineError, RollbackUnsupportedError, SpeculativeEngine
+from ..modelfile import RECURRENT_ARCHES, validate_gguf
+
+RollbackMode = Literal["auto", "seq_rm", "checkpoint"]
+_SPLIT_MODES = {"none": lc.LLAMA_SPLIT_MODE_NONE, "layer": lc.LLAMA_SPLIT_MODE_LAYER,
+                "row": lc.LLAMA_SPLIT_MODE_ROW}
+_FLASH_ATTN = {"auto": lc.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": lc.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+               "off": lc.LLAMA_FLASH_ATTN_TYPE_DISABLED}
+
+
+class _Log:
+    """llama.cpp's log sink: silent unless verbose, but keeps the last lines for error messages."""
+
+    verbose = False
+    recent: list[str] = []
+
+    @staticmethod
+    @lc.llama_log_callback
+    def callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        line = text.decode("utf-8", errors="replace")
+        _Log.recent = (_Log.recent + [line])[-20:]
+        if _Log.verbose:
+            print(line, end="", file=sys.stderr, flush=True)
+
+    @classmethod
+    def last_error(cls) -> str:
+        lines = [ln.strip() for ln in cls.recent if ln.strip()]
+        errors = [ln for ln in lines if "error" in ln.lower() or "failed" in ln.lower()]
+        return (errors or lines or ["no message from llama.cpp"])[-1]
+
+
+lc.llama_log_set(_Log.callback, ctypes.c_void_p(0))
+lc.llama_backend_init()
+
+
+class LlamaCppEngine(SpeculativeEngine):
+    """A GGUF model with one sequence's KV cache.
+
+    Placement and threading are per engine, so a CPU draft can sit beside a GPU
+    target. ``rollback`` chooses how rejected tokens leave the cache: ``"seq_rm"``
+    cuts the memory (attention models), ``"checkpoint"`` saves the sequence state
+    before each forward and restores + re-advances (recurrent/hybrid models);
+    ``"auto"`` picks by architecture and reports its choice in ``rollback_mode``.
+    Arrays returned by ``forward_logits`` are views valid until the next call on this
+    engine; copy them to keep them.
+    """
+
+    def __init__(self, model_path: str | os.PathLike[str], *, n_ctx: int = 4096, n_batch: int = 512,
+                 n_ubatch: int | None = None, n_gpu_layers: int = 0, main_gpu: int = 0,
+                 split_mode: str = "layer", tensor_split: Sequence[float] | None = None,
+                 n_threads: int | None = None, n_threads_batch: int | None = None,
+                 use_mmap: bool = True, flash_attn: str = "auto", rollback: RollbackMode = "auto",
+                 verbose: bool = False) -> None:
+        self.model_path = Path(model_path)
+        self._model = self._ctx = None
+        self._batch: lc.llama_batch | None = None
+        _check_choice("split_mode", split_mode, _SPLIT_MODES)
+        _check_choice("flash_attn", flash_attn, _FLASH_ATTN)
+        _check_choice("rollback", rollback, {"auto": 0, "seq_rm": 0, "checkpoint": 0})
+        if n_ctx < 0 or n_batch < 1:
+            raise ConfigError(f"n_ctx={n_ctx} must be >= 0 (0: the model's) and n_batch={n_batch} >= 1")
+        reader = validate_gguf(self.model_path)
+        self.architecture = str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8")
+        del reader
+        _Log.verbose = verbose
+        _Log.recent = []
+
+        mparams = lc.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        mparams.main_gpu = main_gpu
+        mparams.split_mode = _SPLIT_MODES[split_mode]
+        mparams.use_mmap = use_mmap
+        if tensor_split:
+            self._tensor_split = (ctypes.c_float * len(tensor_split))(*tensor_split)  # kept alive
+            mparams.tensor_split = self._tensor_split
+        self._model = lc.llama_model_load_from_file(str(self.model_path).encode(), mparams)
+        if not self._model:
+            raise EngineError(f"{self.model_path}: llama.cpp could not load the model ({_Log.last_error()})")
+
+        threads = n_threads or max(1, (os.cpu_count() or 2))
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_ubatch or n_batch
+        cparams.n_seq_max = 1
+        cparams.n_threads = threads
+        cparams.n_threads_batch = n_threads_batch or threads
+        cparams.flash_attn_type = _FLASH_ATTN[flash_attn]
+        cparams.no_perf = True
+        self._ctx = lc.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            self.close()
+            raise EngineError(f"{self.model_path}: llama.cpp could not create a context ({_Log.last_error()})")
+
+        self._vocab = lc.llama_model_get_vocab(self._model)
+        self._mem = lc.llama_get_memory(self._ctx)
+        self._n_vocab = int(lc.llama_vocab_n_tokens(self._vocab))
+        self._n_ctx = int(lc.llama_n_ctx(self._ctx))
+        self._n_batch = int(lc.llama_n_batch(self._ctx))
+        self._history = np.zeros(self._n_ctx, dtype=np.int32)  # the tokens in the cache
+        self._n_past = 0
+        self._init_batch()
+
+        recurrent = self.architecture in RECURRENT_ARCHES or bool(
+            lc.llama_model_is_recurrent(self._model) or lc.llama_model_is_hybrid(self._model))
+        if rollback == "seq_rm" and recurrent:
+            self.close()
+            raise RollbackUnsupportedError(
+                f"{self.model_path}: {self.architecture} memory cannot be cut partially; "
+                "use rollback='checkpoint' or 'auto'")
+        self.rollback_mode: str = ("checkpoint" if recurrent else "seq_rm") if rollback == "auto" else rollback
+        self._ckpt_buf: ctypes.Array | None = None
+        self._ckpt_len = 0
+        self._ckpt_n_past = -1
+
+    # -- construction helpers -------------------------------------------------------------
+    def _init_batch(self) -> None:
+        n = self._n_batch
+        self._batch = lc.llama_batch_init(n, 0, 1)
+        b = self._batch
+        self._b_token = np.ctypeslib.as_array(b.token, shape=(n,))
+        self._b_pos = np.ctypeslib.as_array(b.pos, shape=(n,))
+        self._b_logits = np.ctypeslib.as_array(b.logits, shape=(n,))
+        np.ctypeslib.as_array(b.n_seq_id, shape=(n,))[:] = 1
+        for i in range(n):  # every token belongs to sequence 0, set once
+            b.seq_id[i][0] = 0
+
+    # -- protocol ---------------------------------------------------------------------------
+    @property
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    @property
+    def n_vocab(self) -> int:
+        return self._n_vocab
+
+    @property
+    def n_past(self) -> int:
+        return self._n_past
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """The tokens in the KV cache (a read-only view)."""
+        view = self._history[: self._n_past]
+        view.flags.writeable = False
+        return view
+
+    def reset(self, n_past: int) -> None:
+        if not 0 <= n_past <= self._n_past:
+            raise EngineError(f"reset({n_past}) outside [0, n_past={self._n_past}]")
+        if n_past == self._n_past:
+            return
+        if self.rollback_mode == "seq_rm":
+            if not lc.llama_memory_seq_rm(self._mem, 0, n_past, -1):
+                raise RollbackUnsupportedError(
+                    f"{self.model_path}: llama.cpp could not remove positions >= {n_past} "
+                    "(partial removal unsupported for this memory); use rollback='checkpoint'")
+            self._n_past = n_past
+        else:
+            self._restore_checkpoint(n_past)
+
+    def advance(self, tokens: Sequence[int]) -> None:
+        self._decode(tokens, want_logits=False)
+
+    def forward_logits(self, tokens: Sequence[int]) -> np.ndarray:
+        if self.rollback_mode == "checkpoint":
+            self._save_checkpoint()
+        return self._decode(tokens, want_logits=True)  # [n, V] view
+
+    def forward_argmax(self, tokens: Sequence[int]) -> np.ndarray:
+        return np.argmax(self.forward_logits(tokens), axis=1).astype(np.int32)
+
+    def is_eog(self, token: int) -> bool:
+        return bool(lc.llama_vocab_is_eog(self._vocab, token))
+
+    # -- decoding ---------------------------------------------------------------------------
+    def _decode(self, tokens: Sequence[int], *, want_logits: bool) -> np.ndarray | None:
+        toks = np.asarray(tokens, dtype=np.int32)
+        n = len(toks)
+        if n == 0:
+            return np.empty((0, self._n_vocab), dtype=np.float32) if want_logits else None
+        if self._n_past + n > self._n_ctx:
+            raise EngineError(f"context full: {self._n_past} + {n} tokens > n_ctx={self._n_ctx}")
+        if np.any((toks < 0) | (toks >= self._n_vocab)):
+            raise EngineError(f"token ids outside [0, {self._n_vocab}): {toks[(toks < 0) | (toks >= self._n_vocab)][:5]}")
+        out = None
+        if want_logits and n > self._n_batch:  # rare: a pass longer than one batch
+            out = np.empty((n, self._n_vocab), dtype=np.float32)
+        for start in range(0, n, self._n_batch):
+            chunk = toks[start:start + self._n_batch]
+            m = len(chunk)
+            self._b_token[:m] = chunk
+            self._b_pos[:m] = np.arange(self._n_past, self._n_past + m, dtype=np.int32)
+            self._b_logits[:m] = 1 if want_logits else 0
+            self._batch.n_tokens = m
+            rc = lc.llama_decode(self._ctx, self._batch)
+            if rc != 0:
+                # On failure llama.cpp may keep processed ubatches: cut back to what we know.
+                lc.llama_memory_seq_rm(self._mem, 0, self._n_past, -1)
+                raise EngineError(f"{self.model_path}: llama_decode returned {rc} at n_past={self._n_past} "
+                                  f"({_Log.last_error()})")
+            self._history[self._n_past:self._n_past + m] = chunk
+            self._n_past += m
+            if want_logits:
+                view = np.ctypeslib.as_array(lc.llama_get_logits(self._ctx), shape=(m, self._n_vocab))
+                if out is None:
+                    return view
+                out[start:start + m] = view
+        return out
+
+    # -- checkpoint rollback ----------------------------------------------------------------
+    def _save_checkpoint(self) -> None:
+        if self._ckpt_n_past == self._n_past:
+            return
+        size = lc.llama_state_seq_get_size_ext(self._ctx, 0, 0)
+        if self._ckpt_buf is None or len(self._ckpt_buf) < size:
+            self._ckpt_buf = (ctypes.c_uint8 * size)()
+        self._ckpt_len = lc.llama_state_seq_get_data_ext(self._ctx, self._ckpt_buf, size, 0, 0)
+        if self._ckpt_len == 0:
+            raise RollbackUnsupportedError(f"{self.model_path}: llama.cpp could not save the sequence state")
+        self._ckpt_n_past = self._n_past
+
+    def _restore_checkpoint(self, n_past: int) -> None:
+        lc.llama_memory_seq_rm(self._mem, 0, -1, -1)  # removing a whole sequence never fails
+        replay_from = 0
+        if 0 <= self._ckpt_n_past <= n_past:
+            if lc.llama_state_seq_set_data_ext(self._ctx, self._ckpt_buf, self._ckpt_len, 0, 0) == 0:
+                raise RollbackUnsupportedError(f"{self.model_path}: llama.cpp could not restore the checkpoint")
+            replay_from = self._ckpt_n_past
+        replay = self._history[replay_from:n_past].copy()
+        self._n_past = replay_from
+        self._ckpt_n_past = -1 if replay_from == 0 else self._ckpt_n_past
+        self.advance(replay)
+
+    # -- vocabulary ---------------------------------------------------------------------------
+    def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
+        """Text -> token ids; ``add_bos`` adds BOS where the model wants it; ``special`` parses special tokens."""
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos, special)
+        if n < 0:
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos, special)
+        return list(buf[:n])
+
+    def token_to_piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes one token stands for (may be part of a UTF-8 character)."""
+        buf = ctypes.create_string_buffer(64)
+        n = lc.llama_token_to_piece(self._vocab, token, buf, 64, 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(self._vocab, token, buf, -n, 0, special)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
+        """Token ids -> text; bytes that are not valid UTF-8 become U+FFFD."""
+        return b"".join(self.token_to_piece(t, special) for t in tokens).decode("utf-8", errors="replace")
+
+    @property
+    def bos_token(self) -> int:
+        return int(lc.llama_vocab_bos(self._vocab))
+
+    @property
+    def eos_token(self) -> int:
+        return int(lc.llama_vocab_eos(self._vocab))
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(lc.llama_vocab_get_add_bos(self._vocab))
+
+    @property
+    def add_eos(self) -> bool:
+        return bool(lc.llama_vocab_get_add_eos(self._vocab))
+
+    @property
+    def vocab_type(self) -> int:
+        return int(lc.llama_vocab_type(self._vocab))
+
+    @cached_property
+    def token_texts(self) -> tuple[bytes, ...]:
+        """Every token's text, read once and cached (for the vocabulary check)."""
+        get = lc.llama_vocab_get_text
+        return tuple(get(self._vocab, i) or b"" for i in range(self._n_vocab))
+
+    # -- lifetime -------------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._batch is not None:
+            lc.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            lc.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            lc.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> LlamaCppEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _check_choice(name: str, value: str, allowed: dict) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{name}={value!r} must be one of {sorted(allowed)}")
