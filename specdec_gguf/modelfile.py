@@ -6,7 +6,9 @@ llama.cpp aborts the process on some malformed files; reading the header with th
 
 from __future__ import annotations
 
+import mmap
 import os
+import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,8 +49,129 @@ def _fail(path: Path, reason: str) -> EngineError:
     return EngineError(f"{path}: {reason}")
 
 
-def validate_gguf(path: str | os.PathLike[str]) -> Any:
-    """Check that ``path`` is a complete, readable GGUF file; return its ``gguf.GGUFReader``.
+_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+_MAX_DIMS = 4
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]
+    type_name: str
+    n_elements: int
+    data_offset: int  # from the start of the file
+    n_bytes: int
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    """The parsed key/value section (arrays as ``("array", element_type, count)``) and tensor infos."""
+
+    version: int
+    fields: dict[str, Any]
+    tensors: list[TensorInfo]
+
+
+class _Cursor:
+    """Bounds-checked little-endian reads over the file's bytes."""
+
+    def __init__(self, data: memoryview, path: Path) -> None:
+        self.data, self.pos, self.path = data, 0, path
+
+    def need(self, n: int, what: str) -> None:
+        if n < 0 or self.pos + n > len(self.data):
+            raise _fail(self.path, f"truncated or corrupted header: {what} at byte {self.pos} needs "
+                                   f"{n} bytes, the file has {len(self.data)}")
+
+    def scalar(self, fmt: str, what: str) -> Any:
+        size = struct.calcsize(fmt)
+        self.need(size, what)
+        (value,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += size
+        return value
+
+    def string(self, what: str) -> str:
+        n = self.scalar("<Q", what)
+        self.need(n, what)
+        raw = bytes(self.data[self.pos:self.pos + n])
+        self.pos += n
+        return raw.decode("utf-8", errors="replace")
+
+    def value(self, vtype: int, what: str) -> Any:
+        if vtype in _SCALAR:
+            return self.scalar(_SCALAR[vtype], what)
+        if vtype == _STRING:
+            return self.string(what)
+        if vtype == _ARRAY:
+            etype, count = self.scalar("<I", what), self.scalar("<Q", what)
+            if etype in _SCALAR:
+                size = struct.calcsize(_SCALAR[etype]) * count
+                self.need(size, what)
+                self.pos += size
+            elif etype == _STRING:
+                unpack, data = struct.unpack_from, self.data
+                for _ in range(count):
+                    self.need(8, what)
+                    (n,) = unpack("<Q", data, self.pos)
+                    self.pos += 8
+                    self.need(n, what)
+                    self.pos += n
+            else:
+                raise _fail(self.path, f"corrupted header: {what} has array element type {etype}")
+            return ("array", etype, count)
+        raise _fail(self.path, f"corrupted header: {what} has value type {vtype} (valid: 0-12)")
+
+
+def read_header(path: Path) -> GGUFHeader:
+    """Parse and bounds-check a GGUF header without trusting any length in it."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # constants only
+
+    with open(path, "rb") as f:
+        data = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+    cur = _Cursor(data, path)
+    cur.pos = 4
+    version = cur.scalar("<I", "version")
+    n_tensors, n_kv = cur.scalar("<Q", "tensor count"), cur.scalar("<Q", "key count")
+    if n_tensors > len(data) // 24 or n_kv > len(data) // 12:
+        raise _fail(path, f"corrupted header: {n_tensors} tensors / {n_kv} keys cannot fit in {len(data)} bytes")
+    fields: dict[str, Any] = {}
+    for i in range(n_kv):
+        key = cur.string(f"key {i}")
+        fields[key] = cur.value(cur.scalar("<I", f"type of {key!r}"), repr(key))
+    infos = []
+    for i in range(n_tensors):
+        name = cur.string(f"tensor {i} name")
+        n_dims = cur.scalar("<I", f"tensor {name!r} dims")
+        if not 1 <= n_dims <= _MAX_DIMS:
+            raise _fail(path, f"corrupted header: tensor {name!r} has {n_dims} dimensions (1-{_MAX_DIMS})")
+        shape = tuple(cur.scalar("<Q", f"tensor {name!r} shape") for _ in range(n_dims))
+        type_id, offset = cur.scalar("<I", f"tensor {name!r} type"), cur.scalar("<Q", f"tensor {name!r} offset")
+        try:
+            qtype = GGMLQuantizationType(type_id)
+            block, block_bytes = GGML_QUANT_SIZES[qtype]
+        except (ValueError, KeyError):
+            raise _fail(path, f"corrupted header: tensor {name!r} has unknown type {type_id}") from None
+        n_el = 1
+        for d in shape:
+            n_el *= d
+        if n_el == 0 or shape[0] % block:
+            raise _fail(path, f"corrupted header: tensor {name!r} shape {shape} does not fit type {qtype.name}")
+        infos.append((name, shape, qtype.name, n_el, offset, n_el // block * block_bytes))
+    alignment = fields.get("general.alignment", 32)
+    if not isinstance(alignment, int) or alignment < 1:
+        raise _fail(path, f"corrupted header: general.alignment={alignment!r}")
+    data_start = -(-cur.pos // alignment) * alignment
+    tensors = [TensorInfo(n, s, t, e, data_start + o, b) for n, s, t, e, o, b in infos]
+    for t in tensors:
+        if t.data_offset + t.n_bytes > len(data):
+            raise _fail(path, f"truncated: tensor {t.name!r} ends at byte {t.data_offset + t.n_bytes} "
+                              f"but the file has {len(data)}")
+    return GGUFHeader(version=version, fields=fields, tensors=tensors)
+
+
+def validate_gguf(path: str | os.PathLike[str]) -> GGUFHeader:
+    """Check that ``path`` is a complete, readable GGUF file; return its parsed header.
 
     Raises EngineError naming the path and what is wrong (missing, a directory,
     unreadable, not GGUF, truncated, corrupted header).
@@ -68,51 +191,27 @@ def validate_gguf(path: str | os.PathLike[str]) -> Any:
     version = int.from_bytes(head[4:8], "little")
     if version not in (2, 3):
         raise _fail(p, f"unsupported GGUF version {version} (supported: 2, 3)")
-    import gguf  # deferred: only file checks need it
-
-    try:
-        reader = gguf.GGUFReader(str(p), "r")
-    except Exception as err:  # the reader raises many types on malformed headers
-        raise _fail(p, f"corrupted or truncated GGUF header ({type(err).__name__}: {err})") from None
-    size = p.stat().st_size
-    for tensor in reader.tensors:
-        end = int(tensor.data_offset) + int(tensor.n_bytes)
-        if end > size:
-            raise _fail(p, f"truncated: tensor {tensor.name!r} ends at byte {end} but the file has {size}")
-    if "general.architecture" not in reader.fields:
+    header = read_header(p)
+    if not isinstance(header.fields.get("general.architecture"), str):
         raise _fail(p, "missing the 'general.architecture' key")
-    return reader
-
-
-def _field(reader: Any, key: str) -> Any:
-    f = reader.fields.get(key)
-    if f is None or not f.data:
-        return None
-    value = f.parts[f.data[0]]
-    if f.types and f.types[0].name == "STRING":
-        return bytes(value).decode("utf-8", errors="replace")
-    if f.types and f.types[0].name == "ARRAY":
-        return len(f.data)
-    return value.tolist()[0] if hasattr(value, "tolist") else value
+    return header
 
 
 def summarize(path: str | os.PathLike[str]) -> ModelSummary:
     """Read the facts `specdec inspect` prints, validating the file first."""
-    reader = validate_gguf(path)
-    arch = _field(reader, "general.architecture") or "?"
-    types = Counter(t.tensor_type.name for t in reader.tensors)
-    n_vocab = _field(reader, "tokenizer.ggml.tokens") or 0
-    special = {}
-    for role in ("bos", "eos", "eot", "unknown", "padding"):
-        value = _field(reader, f"tokenizer.ggml.{role}_token_id")
-        if value is not None:
-            special[role] = int(value)
+    header = validate_gguf(path)
+    fields = header.fields
+    arch = fields["general.architecture"]
+    tokens = fields.get("tokenizer.ggml.tokens")
+    special = {role: int(fields[f"tokenizer.ggml.{role}_token_id"])
+               for role in ("bos", "eos", "eot", "unknown", "padding")
+               if isinstance(fields.get(f"tokenizer.ggml.{role}_token_id"), int)}
     return ModelSummary(
-        path=Path(path), architecture=arch, name=_field(reader, "general.name") or Path(path).stem,
-        n_params=int(sum(int(t.n_elements) for t in reader.tensors)),
-        file_bytes=Path(path).stat().st_size, tensor_types=dict(types.most_common()),
-        context_length=_field(reader, f"{arch}.context_length"),
-        n_layers=_field(reader, f"{arch}.block_count"),
-        vocab_type=_field(reader, "tokenizer.ggml.model"), n_vocab=int(n_vocab),
+        path=Path(path), architecture=arch, name=str(fields.get("general.name", Path(path).stem)),
+        n_params=sum(t.n_elements for t in header.tensors), file_bytes=Path(path).stat().st_size,
+        tensor_types=dict(Counter(t.type_name for t in header.tensors).most_common()),
+        context_length=fields.get(f"{arch}.context_length"), n_layers=fields.get(f"{arch}.block_count"),
+        vocab_type=fields.get("tokenizer.ggml.model"),
+        n_vocab=tokens[2] if isinstance(tokens, tuple) else 0,
         special_tokens=special, partial_rollback=arch not in RECURRENT_ARCHES,
     )

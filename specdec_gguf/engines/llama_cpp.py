@@ -78,9 +78,7 @@ class LlamaCppEngine(SpeculativeEngine):
         _check_choice("rollback", rollback, {"auto": 0, "seq_rm": 0, "checkpoint": 0})
         if n_ctx < 0 or n_batch < 1:
             raise ConfigError(f"n_ctx={n_ctx} must be >= 0 (0: the model's) and n_batch={n_batch} >= 1")
-        reader = validate_gguf(self.model_path)
-        self.architecture = str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8")
-        del reader
+        self.architecture: str = validate_gguf(self.model_path).fields["general.architecture"]
         _Log.verbose = verbose
         _Log.recent = []
 
