@@ -12,7 +12,7 @@ from .engine import (ConfigError, ContextOverflowError, DrafterEngine, SpecDecEr
                      SpeculativeEngine, check_tokens)
 from .proposal import DraftProposal, VerificationPolicy
 from .sampling import SamplingParams
-from .schedule import DraftSchedule, FixedSchedule
+from .schedule import AdaptiveSchedule, DraftSchedule, FixedSchedule
 from .stats import SpecStats
 
 Origin = Literal["accepted", "correction", "bonus", "target"]
@@ -43,13 +43,15 @@ class SpeculativeDecoder:
     """Generate with ``target``, letting ``drafter`` propose up to ``num_draft_tokens`` per round.
 
     ``drafter=None`` is plain target-only decoding through the same loop (the fair
-    baseline). ``schedule`` chooses k each round (default: always ``num_draft_tokens``;
-    see :mod:`specdec_gguf.schedule` for the adaptive one). Greedy output equals the
+    baseline). Each round drafts ``num_draft_tokens`` tokens, or with ``adaptive=True``
+    the k in [0, num_draft_tokens] that the measured cost model predicts is fastest
+    (k = 0 is a plain step); ``schedule`` plugs in any other :class:`DraftSchedule`. Greedy output equals the
     target's own greedy output for any drafter and k; sampling follows Chen et al. (2023).
     """
 
     def __init__(self, target: SpeculativeEngine, drafter: DrafterEngine | None = None, *,
-                 num_draft_tokens: int = 4, schedule: DraftSchedule | None = None) -> None:
+                 num_draft_tokens: int = 4, adaptive: bool = False,
+                 schedule: DraftSchedule | None = None) -> None:
         if not isinstance(num_draft_tokens, int) or not 1 <= num_draft_tokens <= target.n_ctx:
             raise ConfigError(
                 f"num_draft_tokens={num_draft_tokens!r} must be an integer in [1, n_ctx={target.n_ctx}]")
@@ -59,7 +61,9 @@ class SpeculativeDecoder:
         self.target = target
         self.drafter = drafter
         self.num_draft_tokens = num_draft_tokens
-        self.schedule = schedule or FixedSchedule(num_draft_tokens)
+        if schedule is None:
+            schedule = AdaptiveSchedule(num_draft_tokens) if adaptive else FixedSchedule(num_draft_tokens)
+        self.schedule = schedule
         self._cached: list[int] = []  # tokens in the target's cache after the last run
 
     def generate(self, prompt_tokens: Sequence[int], max_new_tokens: int,

@@ -40,3 +40,129 @@ class FixedSchedule(DraftSchedule):
 
     def observe(self, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
         return None
+
+
+class AdaptiveSchedule(DraftSchedule):
+    """Choose the k in [0, k_max] that maximises expected tokens per second, measured online.
+
+    Cost model (Leviathan et al. 2023, with measured curves instead of constants):
+    a round drafting k tokens costs ``draft_per_token * k + verify(k + 1)`` and yields
+    ``E(k) = 1 + sum_{j<=k} prod_{i<=j} a_i`` tokens, where ``a_i`` is the measured
+    chance that slot i is accepted given the slots before it were. ``verify(n)`` is an
+    average per batch size, interpolated linearly between measured sizes. When k = 0
+    wins (drafting doesn't pay), a probe round drafts again now and then, with the
+    interval doubling while probes keep losing, so the estimates stay fresh.
+    """
+
+    def __init__(self, k_max: int, *, smoothing: float = 0.15, probe_interval: int = 8,
+                 max_probe_interval: int = 128) -> None:
+        if not isinstance(k_max, int) or k_max < 1:
+            raise ConfigError(f"num_draft_tokens={k_max!r} must be an integer >= 1")
+        self.k_max = k_max
+        self.smoothing = smoothing
+        self.base_probe_interval = probe_interval
+        self.max_probe_interval = max_probe_interval
+        self.accept_rate = [0.6] * k_max  # prior a_i, replaced by the first observation
+        self.verify_seconds: dict[int, float] = {}  # batch size n -> mean seconds
+        self.draft_per_token = 0.0
+        self._verify_count: dict[int, int] = {}
+        self._slot_count = [0] * k_max
+        self._draft_rounds = 0
+        self._rounds_since_draft = 0
+        self._probe_interval = probe_interval
+        self._last_choice = k_max
+
+    def start(self) -> None:
+        self._rounds_since_draft = 0
+
+    # -- model ---------------------------------------------------------------------------
+    def expected_tokens(self, k: int) -> float:
+        """E(k): tokens one round drafting k yields, from the per-slot acceptance."""
+        total, reach = 1.0, 1.0
+        for a in self.slot_rates()[:k]:
+            reach *= a
+            total += reach
+        return total
+
+    def slot_rates(self) -> list[float]:
+        """Per-slot acceptance; a slot never observed yet borrows the slot before it (optimism
+        that gets the slot tried and measured, instead of a prior that could hide it forever)."""
+        rates = list(self.accept_rate)
+        for i in range(1, len(rates)):
+            if self._slot_count[i] == 0:
+                rates[i] = rates[i - 1]
+        return rates
+
+    def verify_cost(self, n: int) -> float | None:
+        """Measured or interpolated seconds of a verify pass over n tokens (None: no data)."""
+        known = self.verify_seconds
+        if n in known:
+            return known[n]
+        if not known:
+            return None
+        sizes = sorted(known)
+        below = [s for s in sizes if s < n]
+        above = [s for s in sizes if s > n]
+        if below and above:
+            lo, hi = below[-1], above[0]
+            return known[lo] + (known[hi] - known[lo]) * (n - lo) / (hi - lo)
+        if len(sizes) == 1:
+            return None
+        lo, hi = (sizes[-2], sizes[-1]) if below else (sizes[0], sizes[1])
+        slope = max((known[hi] - known[lo]) / (hi - lo), 0.0)
+        return max(known[lo] + slope * (n - lo), 0.0)
+
+    def throughput(self, k: int) -> float | None:
+        """Predicted tokens per second of a round drafting k (None: unknown yet)."""
+        cost = self.verify_cost(k + 1)
+        if cost is None:
+            return None
+        return self.expected_tokens(k) / (cost + self.draft_per_token * k)
+
+    def best_k(self) -> tuple[int, float | None]:
+        """The k with the highest predicted throughput, and that throughput."""
+        best, best_rate = None, None
+        for k in range(self.k_max + 1):
+            rate = self.throughput(k)
+            if rate is not None and (best_rate is None or rate > best_rate):
+                best, best_rate = k, rate
+        return (self.k_max if best is None else best), best_rate
+
+    # -- schedule ----------------------------------------------------------------------------
+    def next_k(self) -> int:
+        if 1 not in self.verify_seconds:
+            choice = 0  # measure a plain pass first
+        elif len(self.verify_seconds) < 2:
+            choice = self.k_max  # then a full draft: cost at the far end and acceptance at every slot
+        else:
+            choice, _ = self.best_k()
+            if choice == 0 and self._rounds_since_draft >= self._probe_interval:
+                # Probe with the best drafting k so acceptance and cost estimates stay current.
+                choice = max(range(1, self.k_max + 1), key=lambda k: self.throughput(k) or 0.0)
+                self._probe_interval = min(self._probe_interval * 2, self.max_probe_interval)
+            elif choice > 0:
+                self._probe_interval = self.base_probe_interval
+        self._last_choice = choice
+        return choice
+
+    def observe(self, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+        n = drafted + 1
+        self._verify_count[n] = count = self._verify_count.get(n, 0) + 1
+        old = self.verify_seconds.get(n, 0.0)
+        self.verify_seconds[n] = old + self._weight(count) * (verify_seconds - old)
+        if drafted == 0:
+            self._rounds_since_draft += 1
+            return
+        self._rounds_since_draft = 0
+        self._draft_rounds += 1
+        per_token = draft_seconds / drafted
+        self.draft_per_token += self._weight(self._draft_rounds) * (per_token - self.draft_per_token)
+        # Slots 1..accepted were accepted; slot accepted+1 (if drafted) was the first rejection.
+        for i in range(min(accepted + 1, drafted)):
+            self._slot_count[i] += 1
+            hit = 1.0 if i < accepted else 0.0
+            self.accept_rate[i] += self._weight(self._slot_count[i]) * (hit - self.accept_rate[i])
+
+    def _weight(self, count: int) -> float:
+        """A plain mean over the first observations, then an exponential moving average."""
+        return max(self.smoothing, 1.0 / count)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import time
 from functools import cached_property
 from pathlib import Path
 from typing import Literal, Sequence
@@ -275,6 +276,25 @@ class LlamaCppEngine(SpeculativeEngine):
         """Token ids -> text; bytes that are not valid UTF-8 become U+FFFD."""
         return b"".join(self.token_to_piece(t, special) for t in tokens).decode("utf-8", errors="replace")
 
+    def format_chat(self, user_text: str) -> str:
+        """Wrap ``user_text`` as one user turn in the model's own chat template, ready for the reply.
+
+        Raises EngineError if the model has no template llama.cpp knows.
+        """
+        template = lc.llama_model_chat_template(self._model, None)
+        if not template:
+            raise EngineError(f"{self.model_path}: the model has no chat template; drop --chat")
+        msg = (lc.llama_chat_message * 1)(lc.llama_chat_message(b"user", user_text.encode("utf-8")))
+        cap = 2 * len(user_text.encode("utf-8")) + 512
+        buf = ctypes.create_string_buffer(cap)
+        n = lc.llama_chat_apply_template(template, msg, 1, True, buf, cap)
+        if n > cap:
+            buf = ctypes.create_string_buffer(n)
+            n = lc.llama_chat_apply_template(template, msg, 1, True, buf, n)
+        if n < 0:
+            raise EngineError(f"{self.model_path}: llama.cpp does not support this model's chat template")
+        return buf.raw[:n].decode("utf-8", errors="replace")
+
     @property
     def bos_token(self) -> int:
         return int(lc.llama_vocab_bos(self._vocab))
@@ -329,3 +349,43 @@ class LlamaCppEngine(SpeculativeEngine):
 def _check_choice(name: str, value: str, allowed: dict) -> None:
     if value not in allowed:
         raise ConfigError(f"{name}={value!r} must be one of {sorted(allowed)}")
+
+
+class PeerPromptLookup:
+    """llama-cpp-python's own speculative path (``Llama`` + ``LlamaPromptLookupDecoding``), for side-by-side benchmarks.
+
+    Note: llama-cpp-python turns on ``logits_all`` with a draft model, so it keeps
+    n_ctx × n_vocab floats; keep ``n_ctx`` modest.
+    """
+
+    def __init__(self, model_path: str | os.PathLike[str], *, n_ctx: int = 2048, n_threads: int | None = None,
+                 num_pred_tokens: int = 10) -> None:
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        validate_gguf(model_path)
+        self._llm = lc.Llama(model_path=str(model_path), n_ctx=n_ctx, n_threads=n_threads,
+                             n_threads_batch=n_threads,
+                             draft_model=LlamaPromptLookupDecoding(num_pred_tokens=num_pred_tokens),
+                             verbose=False)
+
+    def generate(self, prompt_tokens: Sequence[int], max_tokens: int) -> tuple[list[int], float]:
+        """Greedy tokens and generation throughput (tok/s after the first token, prefill excluded)."""
+        llm = self._llm
+        vocab = llm._model.vocab
+        tokens: list[int] = []
+        t_first = t_last = 0.0
+        for token in llm.generate(list(prompt_tokens), temp=0.0, top_k=1, reset=True):
+            now = time.perf_counter()
+            if lc.llama_vocab_is_eog(vocab, token):
+                break
+            if not tokens:
+                t_first = now
+            t_last = now
+            tokens.append(int(token))
+            if len(tokens) >= max_tokens:
+                break
+        rate = (len(tokens) - 1) / (t_last - t_first) if len(tokens) > 1 and t_last > t_first else 0.0
+        return tokens, rate
+
+    def close(self) -> None:
+        self._llm.close()

@@ -1,0 +1,1 @@
+"""The `specdec` command line (installed as the import package `specdec_cli`)."""

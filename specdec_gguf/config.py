@@ -1,0 +1,253 @@
+"""TOML run and batch configs -> validated frozen dataclasses.
+
+Every error names the file, the key and the bad value. Relative paths resolve
+against the config file's folder. See docs/configuration.md for every key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from .engine import ConfigError
+from .sampling import SamplingParams
+
+DrafterKind = Literal["none", "draft-model", "prompt-lookup"]
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How to load one model (target or draft): placement, threads, memory."""
+
+    model: Path
+    n_ctx: int = 4096
+    n_batch: int = 512
+    n_gpu_layers: int = 0
+    main_gpu: int = 0
+    split_mode: str = "layer"
+    tensor_split: list[float] | None = None
+    n_threads: int | None = None
+    n_threads_batch: int | None = None
+    use_mmap: bool = True
+    flash_attn: str = "auto"
+    rollback: str = "auto"
+    python: Path | None = None  # run the engine in this interpreter (another llama.cpp build)
+
+
+@dataclass(frozen=True)
+class DrafterSettings:
+    """Which drafter proposes tokens, and how many per round."""
+
+    kind: DrafterKind = "none"
+    num_draft_tokens: int = 4
+    adaptive: bool = True
+    p_min: float = 0.0
+    ngram_max: int = 3
+    ngram_min: int = 1
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """One named way of generating: a drafter over the shared target, draft model and sampling."""
+
+    name: str
+    drafter: DrafterSettings
+    sampling: SamplingParams
+    max_tokens: int = 256
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """A batch file: one target (and optional draft model), several runs over the same prompts."""
+
+    path: Path
+    target: EngineSettings
+    draft: EngineSettings | None
+    runs: tuple[RunSettings, ...]
+    prompts: tuple[Prompt, ...]
+    output: Path
+    chat: bool = False
+
+    def resolved(self) -> dict[str, Any]:
+        """A JSON-ready record of every resolved setting (saved beside the results)."""
+        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+
+
+_TOP_KEYS = {"target", "draft", "drafter", "sampling", "runs", "prompts", "prompts_file", "output",
+             "max_tokens", "chat"}
+
+
+def _describe(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp)).replace("NoneType", "None")
+
+
+def _coerce(where: str, key: str, value: Any, tp: Any, base: Path) -> Any:
+    """Check ``value`` against the annotation ``tp``; convert paths; raise naming where/key/value."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _coerce(where, key, value, options[0], base)
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            raise ConfigError(f"{where}: {key} = {value!r} must be one of {list(typing.get_args(tp))}")
+        return value
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: {key} = {value!r} must be a list")
+        return [_coerce(where, f"{key}[{i}]", v, item, base) for i, v in enumerate(value)]
+    if tp is Path:
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{where}: {key} = {value!r} must be a non-empty path string")
+        path = Path(value).expanduser()
+        return path if path.is_absolute() else base / path
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, float) and isinstance(value, bool) or not isinstance(value, tp):
+        raise ConfigError(f"{where}: {key} = {value!r} must be of type {_describe(tp)}")
+    return value
+
+
+def _build(cls: type, table: Any, where: str, base: Path, **extra: Any) -> Any:
+    """Build dataclass ``cls`` from a TOML table, rejecting unknown keys and wrong types."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: expected a table, got {table!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)} - set(extra)
+    unknown = sorted(set(table) - names)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(names))})")
+    kwargs = {k: _coerce(where, k, v, hints[k], base) for k, v in table.items()}
+    missing = [f.name for f in dataclasses.fields(cls) if f.name not in kwargs and f.name not in extra
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"{where}: missing required key {missing[0]!r}")
+    try:
+        return cls(**kwargs, **extra)
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {err}") from None
+
+
+def engine_settings(table: Any, where: str, base: Path) -> EngineSettings:
+    settings = _build(EngineSettings, table, where, base)
+    if settings.n_ctx < 0:
+        raise ConfigError(f"{where}: n_ctx = {settings.n_ctx} must be >= 0 (0: the model's own)")
+    return settings
+
+
+def drafter_settings(table: Any, where: str, base: Path) -> DrafterSettings:
+    settings = _build(DrafterSettings, table, where, base)
+    if settings.num_draft_tokens < 1:
+        raise ConfigError(f"{where}: num_draft_tokens = {settings.num_draft_tokens} must be >= 1")
+    if not 1 <= settings.ngram_min <= settings.ngram_max:
+        raise ConfigError(f"{where}: ngram_min = {settings.ngram_min}, ngram_max = {settings.ngram_max} "
+                          "must satisfy 1 <= ngram_min <= ngram_max")
+    if not 0.0 <= settings.p_min < 1.0:
+        raise ConfigError(f"{where}: p_min = {settings.p_min} must lie in [0, 1)")
+    return settings
+
+
+def sampling_params(table: Any, where: str, base: Path) -> SamplingParams:
+    return _build(SamplingParams, table, where, base)
+
+
+def _load_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a config file") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: invalid TOML ({err})") from None
+
+
+def _prompts(data: dict[str, Any], path: Path, base: Path, required: bool) -> tuple[Prompt, ...]:
+    prompts: list[Prompt] = []
+    for i, table in enumerate(data.get("prompts", [])):
+        prompts.append(_build(Prompt, table, f"{path}: [[prompts]] #{i + 1}", base))
+    if "prompts_file" in data:
+        file = _coerce(str(path), "prompts_file", data["prompts_file"], Path, base)
+        prompts.extend(read_prompts_jsonl(file, f"{path}: prompts_file"))
+    seen: set[str] = set()
+    for p in prompts:
+        if p.id in seen:
+            raise ConfigError(f"{path}: duplicate prompt id {p.id!r}")
+        seen.add(p.id)
+    if not prompts and required:
+        raise ConfigError(f"{path}: no prompts (add [[prompts]] tables or prompts_file)")
+    return tuple(prompts)
+
+
+def read_prompts_jsonl(file: Path, where: str) -> list[Prompt]:
+    """Prompts from a JSONL file: one ``{"id": ..., "text": ...}`` object per line."""
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except OSError as err:
+        raise ConfigError(f"{where} = {str(file)!r}: cannot be read ({err.strerror or err})") from None
+    prompts = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"{file}:{n}: invalid JSON ({err.msg})") from None
+        prompts.append(_build(Prompt, obj, f"{file}:{n}", file.parent))
+    return prompts
+
+
+def load_batch_config(path: str | Path, *, require_prompts: bool = True) -> BatchConfig:
+    """Read and validate a batch config file (``specdec run --config`` needs no prompts)."""
+    path = Path(path)
+    data = _load_toml(path)
+    base = path.resolve().parent
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise ConfigError(f"{path}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(_TOP_KEYS))})")
+    if "target" not in data:
+        raise ConfigError(f"{path}: missing required table [target]")
+    target = engine_settings(data["target"], f"{path}: [target]", base)
+    draft = engine_settings(data["draft"], f"{path}: [draft]", base) if "draft" in data else None
+    sampling_table = data.get("sampling", {})
+    max_tokens = data.get("max_tokens", 256)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ConfigError(f"{path}: max_tokens = {max_tokens!r} must be an integer >= 1")
+    default_drafter = data.get("drafter", {})
+    run_tables = data.get("runs") or [{"name": "default"}]
+    runs = []
+    for i, table in enumerate(run_tables):
+        where = f"{path}: [[runs]] #{i + 1}"
+        if not isinstance(table, dict) or not isinstance(table.get("name"), str):
+            raise ConfigError(f"{where}: each run needs a string 'name'")
+        table = dict(table)
+        name = table.pop("name")
+        run_sampling = {**sampling_table, **table.pop("sampling", {})}
+        run_max = table.pop("max_tokens", max_tokens)
+        drafter = drafter_settings({**default_drafter, **table}, where, base)
+        if drafter.kind == "draft-model" and draft is None:
+            raise ConfigError(f"{where}: kind = 'draft-model' needs a [draft] table with the draft model")
+        runs.append(RunSettings(name=name, drafter=drafter, max_tokens=run_max,
+                                sampling=sampling_params(run_sampling, f"{where}: sampling", base)))
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{path}: duplicate run name {next(n for n in names if names.count(n) > 1)!r}")
+    output = _coerce(str(path), "output", data.get("output", f"{path.stem}.results.jsonl"), Path, base)
+    chat = data.get("chat", False)
+    if not isinstance(chat, bool):
+        raise ConfigError(f"{path}: chat = {chat!r} must be true or false")
+    return BatchConfig(path=path, target=target, draft=draft, runs=tuple(runs),
+                       prompts=_prompts(data, path, base, require_prompts), output=output, chat=chat)
