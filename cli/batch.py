@@ -67,7 +67,7 @@ def batch(
         runner.save_config()
         skipped = len(cfg.runs) * len(cfg.prompts) - len(items)
         if skipped:
-            console.print(f"resuming: {skipped} results already in {cfg.output}")
+            console.print(f"resuming: {skipped} results already in {cfg.output}", markup=False)
         with StopFlag() as stop, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                           TimeElapsedColumn(), console=console, transient=True) as progress:
             task = progress.add_task("batch", total=len(items))
@@ -79,7 +79,7 @@ def batch(
         runner.close()
     all_records = _read_all(cfg.output)
     Console().print(summary_table(all_records, [r.name for r in cfg.runs]))
-    Console(highlight=False).print(f"results: {cfg.output} ({len(records)} new lines)")
+    Console(highlight=False).print(f"results: {cfg.output} ({len(records)} new lines)", markup=False)
     if interrupted:
         console.print("stopped early: rerun with --resume to finish")
         raise typer.Exit(130)

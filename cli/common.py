@@ -9,6 +9,7 @@ from typing import Any, Callable, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from specdec_gguf import SpecDecError
 
@@ -19,7 +20,7 @@ err_console = Console(stderr=True, highlight=False)
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print one readable error line and return the Exit to raise."""
-    err_console.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
     return typer.Exit(code)
 
 

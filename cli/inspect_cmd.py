@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from specdec_gguf import VocabMismatchError
@@ -70,5 +71,5 @@ def inspect(
         if mismatch is None:
             console.print("[green]compatible:[/] the draft's tokens mean the same text to the target")
         else:
-            console.print(f"[red]incompatible:[/] {mismatch}")
+            console.print(f"[red]incompatible:[/] {escape(mismatch)}")
             raise typer.Exit(1)

@@ -37,7 +37,7 @@ def generate_into(state: LiveState, decoder: SpeculativeDecoder, target, prompt_
 
     def consume() -> None:
         for event in decoder.stream(prompt_tokens, max_tokens, sampling):
-            state.stats = event.stats
+            state.stats = event.stats.copy()  # a snapshot that matches the tokens shown
             for token, origin in zip(event.tokens, event.origins):
                 piece = stream.push([token])
                 state.add(piece, origin)

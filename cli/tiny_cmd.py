@@ -23,7 +23,7 @@ def tiny(
 ) -> None:
     """Write a tiny random target and a draft that agrees with it on most tokens."""
     family = write_tiny_family(directory, seed=seed, gain=gain, dtype=dtype)
-    console = Console(highlight=False)
+    console = Console(highlight=False, markup=False)
     console.print(f"wrote {family.target} and {family.draft}")
     console.print("try next:")
     console.print(f"  specdec run -m {family.target} -md {family.draft} -p 'the model is' -n 64")

@@ -70,7 +70,10 @@ class AdaptiveSchedule(DraftSchedule):
         self._draft_rounds = 0
         self._rounds_since_draft = 0
         self._probe_interval = probe_interval
-        self._last_choice = k_max
+        self.replan_every = 4
+        self._plan: int | None = None
+        self._probe_k = k_max
+        self._since_plan = 0
 
     def start(self) -> None:
         self._rounds_since_draft = 0
@@ -131,21 +134,25 @@ class AdaptiveSchedule(DraftSchedule):
     # -- schedule ----------------------------------------------------------------------------
     def next_k(self) -> int:
         if 1 not in self.verify_seconds:
-            choice = 0  # measure a plain pass first
-        elif len(self.verify_seconds) < 2:
-            choice = self.k_max  # then a full draft: cost at the far end and acceptance at every slot
-        else:
-            choice, _ = self.best_k()
-            if choice == 0 and self._rounds_since_draft >= self._probe_interval:
-                # Probe with the best drafting k so acceptance and cost estimates stay current.
-                choice = max(range(1, self.k_max + 1), key=lambda k: self.throughput(k) or 0.0)
-                self._probe_interval = min(self._probe_interval * 2, self.max_probe_interval)
-            elif choice > 0:
-                self._probe_interval = self.base_probe_interval
-        self._last_choice = choice
-        return choice
+            return 0  # measure a plain pass first
+        if len(self.verify_seconds) < 2:
+            return self.k_max  # then a full draft: cost at the far end and acceptance at every slot
+        if self._plan is None or self._since_plan >= self.replan_every:
+            # Re-plan every few rounds, not every round: the model moves slowly and a plan costs ~50 us.
+            self._plan, _ = self.best_k()
+            self._probe_k = max(range(1, self.k_max + 1), key=lambda k: self.throughput(k) or 0.0)
+            self._since_plan = 0
+        if self._plan > 0:
+            self._probe_interval = self.base_probe_interval
+            return self._plan
+        if self._rounds_since_draft >= self._probe_interval:
+            # Probe with the best drafting k so acceptance and cost estimates stay current.
+            self._probe_interval = min(self._probe_interval * 2, self.max_probe_interval)
+            return self._probe_k
+        return 0
 
     def observe(self, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+        self._since_plan += 1
         n = drafted + 1
         self._verify_count[n] = count = self._verify_count.get(n, 0) + 1
         old = self.verify_seconds.get(n, 0.0)

@@ -67,6 +67,9 @@ class AutoregressiveDrafter(DrafterEngine):
         if max_tokens <= 0:
             return DraftProposal()
         feed = ctx[engine.n_past:]
+        if len(feed) > 1:  # catch up without asking for logits we would not read
+            engine.advance(feed[:-1])
+            feed = feed[-1:]
         want_rows = not policy.greedy or self.p_min > 0.0
         tokens: list[int] = []
         rows: list[np.ndarray] = []

@@ -116,7 +116,10 @@ class LlamaCppEngine(SpeculativeEngine):
         self._n_ctx = int(lc.llama_n_ctx(self._ctx))
         self._n_batch = int(lc.llama_n_batch(self._ctx))
         self._history = np.zeros(self._n_ctx, dtype=np.int32)  # the tokens in the cache
+        self._positions = np.arange(self._n_ctx, dtype=np.int32)
         self._n_past = 0
+        self._logits_addr = 0
+        self._logits = np.empty((0, self._n_vocab), dtype=np.float32)
         self._init_batch()
 
         recurrent = self.architecture in RECURRENT_ARCHES or bool(
@@ -193,23 +196,22 @@ class LlamaCppEngine(SpeculativeEngine):
 
     # -- decoding ---------------------------------------------------------------------------
     def _decode(self, tokens: Sequence[int], *, want_logits: bool) -> np.ndarray | None:
+        # Token ids are not re-checked here: llama_decode rejects ids outside the vocabulary
+        # with an error code, which becomes an EngineError below.
         toks = np.asarray(tokens, dtype=np.int32)
-        n = len(toks)
+        n = toks.shape[0]
         if n == 0:
             return np.empty((0, self._n_vocab), dtype=np.float32) if want_logits else None
         if self._n_past + n > self._n_ctx:
             raise EngineError(f"context full: {self._n_past} + {n} tokens > n_ctx={self._n_ctx}")
-        if np.any((toks < 0) | (toks >= self._n_vocab)):
-            raise EngineError(f"token ids outside [0, {self._n_vocab}): {toks[(toks < 0) | (toks >= self._n_vocab)][:5]}")
         out = None
         if want_logits and n > self._n_batch:  # rare: a pass longer than one batch
             out = np.empty((n, self._n_vocab), dtype=np.float32)
         for start in range(0, n, self._n_batch):
-            chunk = toks[start:start + self._n_batch]
-            m = len(chunk)
-            self._b_token[:m] = chunk
-            self._b_pos[:m] = np.arange(self._n_past, self._n_past + m, dtype=np.int32)
-            self._b_logits[:m] = 1 if want_logits else 0
+            m = min(self._n_batch, n - start)
+            self._b_token[:m] = toks[start:start + m]
+            self._b_pos[:m] = self._positions[self._n_past:self._n_past + m]
+            self._b_logits[:m] = want_logits
             self._batch.n_tokens = m
             rc = lc.llama_decode(self._ctx, self._batch)
             if rc != 0:
@@ -217,14 +219,23 @@ class LlamaCppEngine(SpeculativeEngine):
                 lc.llama_memory_seq_rm(self._mem, 0, self._n_past, -1)
                 raise EngineError(f"{self.model_path}: llama_decode returned {rc} at n_past={self._n_past} "
                                   f"({_Log.last_error()})")
-            self._history[self._n_past:self._n_past + m] = chunk
+            self._history[self._n_past:self._n_past + m] = toks[start:start + m]
             self._n_past += m
             if want_logits:
-                view = np.ctypeslib.as_array(lc.llama_get_logits(self._ctx), shape=(m, self._n_vocab))
+                view = self._logits_view()[:m]  # [m, V]
                 if out is None:
                     return view
                 out[start:start + m] = view
         return out
+
+    def _logits_view(self) -> np.ndarray:
+        """A numpy view over llama.cpp's logits buffer, rebuilt only when the buffer moves."""
+        ptr = lc.llama_get_logits(self._ctx)
+        addr = ctypes.addressof(ptr.contents)
+        if addr != self._logits_addr:
+            self._logits_addr = addr
+            self._logits = np.ctypeslib.as_array(ptr, shape=(self._n_batch, self._n_vocab))
+        return self._logits
 
     # -- checkpoint rollback ----------------------------------------------------------------
     def _save_checkpoint(self) -> None:

@@ -1,0 +1,233 @@
+"""The `specdec` CLI on the tiny family: run, batch, inspect, tiny, and error paths."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from specdec_cli.app import app
+from specdec_gguf.tiny import write_incompatible_draft
+
+runner = CliRunner()
+PROMPT = "the model is fast and the draft is"
+
+
+def invoke(*args: str, input: str | None = None):
+    return runner.invoke(app, [str(a) for a in args], input=input)
+
+
+def run_json(family, *extra: str) -> dict:
+    result = invoke("run", "-m", family.target, "-p", PROMPT, "-n", "40", "-c", "512", "--json", *extra)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_run_json_schema_and_exact_greedy_across_drafters(tiny_family):
+    plain = run_json(tiny_family)
+    draft = run_json(tiny_family, "-md", tiny_family.draft, "-k", "4", "--fixed-k")
+    lookup = run_json(tiny_family, "--prompt-lookup", "-k", "6")
+    adaptive = run_json(tiny_family, "-md", tiny_family.draft, "-k", "6")
+    for out in (plain, draft, lookup, adaptive):
+        assert set(out) == {"text", "tokens", "stop_reason", "stats", "settings"}
+        assert out["stop_reason"] == "length"
+        assert len(out["tokens"]) == 40
+        for key in ("acceptance_rate", "tokens_per_target_pass", "generation_throughput", "drafted",
+                    "accepted", "per_position_acceptance", "accepted_length_histogram", "prefill_seconds"):
+            assert key in out["stats"]
+        assert out["tokens"] == plain["tokens"]
+        assert out["text"] == plain["text"]
+    assert plain["stats"]["drafted"] == 0 and plain["settings"]["drafter"]["kind"] == "none"
+    assert draft["stats"]["drafted"] > 0 and draft["settings"]["drafter"]["kind"] == "draft-model"
+    assert draft["settings"]["drafter"]["num_draft_tokens"] == 4
+    assert draft["settings"]["drafter"]["adaptive"] is False
+    assert lookup["settings"]["drafter"]["kind"] == "prompt-lookup"
+    assert adaptive["settings"]["drafter"]["adaptive"] is True
+
+
+def test_run_plain_text_when_not_a_tty(tiny_family):
+    result = invoke("run", "-m", tiny_family.target, "-md", tiny_family.draft, "-p", PROMPT, "-n", "30", "-c", "512")
+    assert result.exit_code == 0, result.output
+    assert "acceptance rate:" in result.stderr
+    assert "tokens per target pass:" in result.stderr
+    assert "generation throughput:" in result.stderr
+    assert "stop reason: length" in result.stderr
+    assert "acceptance rate" not in result.stdout  # stdout carries only the text
+    assert len(result.stdout.strip()) > 0
+
+
+def test_run_prompt_from_stdin_and_file(tiny_family, tmp_path):
+    from_stdin = invoke("run", "-m", tiny_family.target, "-p", "-", "-n", "10", "-c", "512", "--json", input=PROMPT)
+    prompt_file = tmp_path / "p.txt"
+    prompt_file.write_text(PROMPT)
+    from_file = invoke("run", "-m", tiny_family.target, "-f", prompt_file, "-n", "10", "-c", "512", "--json")
+    assert json.loads(from_stdin.stdout)["tokens"] == json.loads(from_file.stdout)["tokens"]
+
+
+def test_run_sampling_seed_reproducible(tiny_family):
+    a = run_json(tiny_family, "--temp", "0.9", "--top-p", "0.9", "--seed", "3", "-md", tiny_family.draft)
+    b = run_json(tiny_family, "--temp", "0.9", "--top-p", "0.9", "--seed", "3", "-md", tiny_family.draft)
+    assert a["tokens"] == b["tokens"]
+    assert a["settings"]["sampling"]["temperature"] == 0.9
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-m", "missing.gguf", "-p", "x"], r"missing\.gguf: no such file"),
+    (["-p", "x"], "no target model"),
+    (["-m", "{target}", "-p", "x", "--temp", "-1"], r"temperature=-1\.0 must be a finite number >= 0"),
+    (["-m", "{target}", "-p", "x", "--top-p", "1.5"], r"top_p=1\.5 must lie in \(0, 1\]"),
+    (["-m", "{target}", "-p", "x", "-k", "0", "--prompt-lookup"], r"num_draft_tokens=0"),
+    (["-m", "{target}", "-p", "x", "-n", "0"], r"--max-tokens 0 must be >= 1"),
+    (["-m", "{target}", "-p", "x " * 600, "-c", "256"], r"prompt has \d+ tokens but n_ctx=256"),
+    (["-m", "{target}"], "no prompt"),
+])
+def test_run_errors_are_one_line(tiny_family, args, message):
+    args = [a.replace("{target}", str(tiny_family.target)) for a in args]
+    result = invoke("run", *args)
+    assert result.exit_code == 1
+    assert re.search(message, result.stderr), result.stderr
+    assert "Traceback" not in result.output
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_verbose_shows_traceback(tiny_family):
+    result = invoke("run", "-m", "missing.gguf", "-p", "x", "--verbose")
+    assert result.exit_code == 1
+    assert "Traceback" in result.stderr
+
+
+def write_config(tmp_path, family, extra: str = "", runs: str | None = None) -> str:
+    runs = runs if runs is not None else """
+[[runs]]
+name = "plain"
+kind = "none"
+
+[[runs]]
+name = "draft"
+kind = "draft-model"
+num_draft_tokens = 3
+adaptive = false
+"""
+    config = tmp_path / "batch.toml"
+    config.write_text(f"""
+output = "out.jsonl"
+{"" if "max_tokens" in extra else "max_tokens = 12"}
+{extra}
+[target]
+model = "{family.target}"
+n_ctx = 256
+
+[draft]
+model = "{family.draft}"
+n_ctx = 256
+{runs}
+[[prompts]]
+id = "a"
+text = "the model is"
+
+[[prompts]]
+id = "b"
+text = "the draft was"
+
+[[prompts]]
+id = "c"
+text = "data token"
+""")
+    return str(config)
+
+
+def read_lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_batch_writes_results_and_config(tiny_family, tmp_path):
+    result = invoke("batch", write_config(tmp_path, tiny_family))
+    assert result.exit_code == 0, result.output
+    lines = read_lines(tmp_path / "out.jsonl")
+    assert [(r["run"], r["id"]) for r in lines] == [(run, pid) for pid in "abc" for run in ("plain", "draft")]
+    for pid in "abc":
+        plain, draft = [r for r in lines if r["id"] == pid]
+        assert plain["tokens"] == draft["tokens"]  # greedy speculation is exact
+    saved = json.loads((tmp_path / "out.jsonl.config.json").read_text())
+    assert saved["runs"][1]["drafter"]["num_draft_tokens"] == 3
+    assert "batch summary" in result.stdout and "speed-up" in result.stdout
+
+
+def test_batch_resume_after_interruption_completes_without_duplicates(tiny_family, tmp_path):
+    config = write_config(tmp_path, tiny_family)
+    assert invoke("batch", config).exit_code == 0
+    out = tmp_path / "out.jsonl"
+    full = read_lines(out)
+    # An interrupted run: two complete lines and a torn third one.
+    kept = out.read_text().splitlines(keepends=True)[:2]
+    out.write_text("".join(kept) + '{"run": "plain", "id": "b", "tok')
+    refused = invoke("batch", config)
+    assert refused.exit_code == 1 and "--resume" in refused.stderr
+    resumed = invoke("batch", config, "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    lines = read_lines(out)
+    assert sorted((r["run"], r["id"]) for r in lines) == sorted((r["run"], r["id"]) for r in full)
+    assert [r["tokens"] for r in lines[:2]] == [r["tokens"] for r in full[:2]]
+    assert "resuming: 2 results" in resumed.stderr
+
+
+@pytest.mark.parametrize("extra, runs, message", [
+    ("colour = 1", None, r"batch\.toml: unknown key 'colour'"),
+    ("max_tokens = 'many'", None, r"batch\.toml: max_tokens = 'many' must be an integer >= 1"),
+    ("", '[[runs]]\nname = "x"\nkind = "draft-model"\nnum_draft_tokens = "four"\n',
+     r"\[\[runs\]\] #1: num_draft_tokens = 'four' must be of type int"),
+    ("", '[[runs]]\nname = "x"\nkind = "magic"\n', r"kind = 'magic' must be one of"),
+    ("", '[[runs]]\nname = "x"\nkind = "none"\ntemperature = 0.5\n', r"unknown key 'temperature'"),
+    ("prompts_file = 'nowhere.jsonl'", None, r"prompts_file = '.*nowhere\.jsonl': cannot be read"),
+    ("[sampling]\ntop_p = 0\n", None, r"sampling: top_p=0(\.0)? must lie in \(0, 1\]"),
+])
+def test_batch_config_errors_name_key_and_value(tiny_family, tmp_path, extra, runs, message):
+    result = invoke("batch", write_config(tmp_path, tiny_family, extra, runs))
+    assert result.exit_code == 1
+    assert re.search(message, result.stderr), result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_batch_duplicate_prompt_id(tiny_family, tmp_path):
+    config = write_config(tmp_path, tiny_family)
+    with open(config, "a") as f:
+        f.write('\n[[prompts]]\nid = "a"\ntext = "again"\n')
+    result = invoke("batch", config)
+    assert result.exit_code == 1
+    assert "duplicate prompt id 'a'" in result.stderr
+
+
+def test_inspect_model_and_draft(tiny_family, tmp_path):
+    result = invoke("inspect", tiny_family.target, "--draft", tiny_family.draft)
+    assert result.exit_code == 0, result.output
+    assert "llama" in result.stdout and "compatible" in result.stdout
+    bad = write_incompatible_draft(tmp_path / "bad.gguf")
+    result = invoke("inspect", tiny_family.target, "--draft", bad, "--json")
+    assert result.exit_code == 0
+    out = json.loads(result.stdout)
+    assert out["compatible"] is False and "token 260 differs" in out["mismatch"]
+    assert invoke("inspect", tiny_family.target, "--draft", bad).exit_code == 1
+
+
+def test_tiny_writes_family_and_prints_next_step(tmp_path):
+    result = invoke("tiny", tmp_path / "fam")
+    assert result.exit_code == 0
+    assert (tmp_path / "fam" / "tiny-target.gguf").exists() and (tmp_path / "fam" / "tiny-draft.gguf").exists()
+    assert "specdec run -m" in result.stdout
+
+
+def test_shipped_tiny_config_runs(tmp_path, monkeypatch):
+    """configs/tiny.toml works right after `specdec tiny tiny` in a checkout."""
+    import shutil
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    (tmp_path / "configs").mkdir()
+    shutil.copy(repo / "configs" / "tiny.toml", tmp_path / "configs" / "tiny.toml")
+    monkeypatch.chdir(tmp_path)
+    assert invoke("tiny", "tiny").exit_code == 0
+    result = invoke("batch", "configs/tiny.toml")
+    assert result.exit_code == 0, result.output
+    assert len(read_lines(tmp_path / "tiny" / "tiny.results.jsonl")) == 10

@@ -1,0 +1,91 @@
+"""The live view's pure render function, recorded; and interrupts during streaming."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+from specdec_cli.live import LiveState, render, summary_lines
+from specdec_cli.stream import Interrupted, generate_into
+from specdec_gguf import SamplingParams, SpecStats, SpeculativeDecoder
+from specdec_gguf.drafters import AutoregressiveDrafter
+
+
+def recorded(state: LiveState, **kwargs) -> Console:
+    console = Console(record=True, width=100, color_system="truecolor", force_terminal=True)
+    console.print(render(state, **kwargs))
+    return console
+
+
+def sample_state() -> LiveState:
+    stats = SpecStats(prompt_tokens=5)
+    stats.record_round(4, 4, 5)
+    stats.record_round(4, 1, 2)
+    stats.generation_seconds, stats.draft_seconds, stats.verify_seconds = 0.5, 0.1, 0.4
+    state = LiveState(title="tiny · draft model", stats=stats)
+    for text, origin in [("Hello", "accepted"), (" world", "accepted"), ("!", "correction"),
+                         (" Bye", "bonus"), (" now", "target")]:
+        state.add(text, origin)
+    return state
+
+
+def test_render_shows_text_and_every_figure():
+    text = recorded(sample_state()).export_text()
+    assert "Hello world! Bye now" in text
+    for label in ("acceptance rate", "62.5%", "5/8 drafted", "mean accepted length", "tokens per target pass",
+                  "3.50", "generation throughput", "14.0 tok/s", "draft / verify time", "slot 1 accepted",
+                  "slot 4 accepted", "1 accepted", "4 accepted", "prefill"):
+        assert label in text, label
+
+
+def test_render_colours_tokens_by_origin():
+    html = recorded(sample_state()).export_html(inline_styles=True)
+    # accepted (green), correction (yellow), bonus (cyan) each carry their own colour
+    assert html.count("color: #008000") >= 1
+    assert "color: #808000" in html
+    assert "color: #008080" in html
+
+
+def test_render_shows_tail_of_long_text():
+    state = LiveState(title="t")
+    state.add("A" * 5000 + "THE END", "target")
+    text = recorded(state, max_chars=300).export_text()
+    assert "THE END" in text and "…" in text
+    assert text.count("A") < 400
+
+
+def test_plain_decoding_view_hides_draft_rows():
+    stats = SpecStats()
+    stats.record_round(0, 0, 1)
+    stats.generation_seconds = 0.1
+    text = recorded(LiveState(title="plain", stats=stats)).export_text()
+    assert "acceptance rate" not in text and "tokens per target pass" in text
+    assert summary_lines(stats, "length")[0].startswith("tokens per target pass: 1.00")
+
+
+class ExplodingDecoder:
+    """A decoder whose stream is interrupted (Ctrl-C) after two rounds."""
+
+    def __init__(self, real: SpeculativeDecoder) -> None:
+        self.real = real
+
+    def stream(self, *args, **kwargs):
+        for i, event in enumerate(self.real.stream(*args, **kwargs)):
+            if i == 2:
+                raise KeyboardInterrupt
+            yield event
+
+
+@pytest.mark.parametrize("mode", ["plain", "live", "quiet"])
+def test_interrupt_keeps_partial_text_and_stats(tiny_engines, mode, capsys):
+    target, draft = tiny_engines
+    decoder = ExplodingDecoder(SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=3))
+    state = LiveState(title="t")
+    console = Console(record=True, force_terminal=True, width=80)
+    with pytest.raises(Interrupted) as caught:
+        generate_into(state, decoder, target, target.tokenize("the model is"), 50, SamplingParams(), mode, console)
+    assert caught.value.state.stop_reason == "interrupted"
+    assert len(caught.value.tokens) >= 2
+    assert caught.value.state.stats.target_passes == 2
+    assert caught.value.state.stats.generated_tokens == len(caught.value.tokens)
+    assert state.text  # the partial text is kept
