@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from .backends import backends
 from .batch import batch
 from .bench import bench
 from .demo import demo
@@ -15,7 +16,7 @@ app = typer.Typer(
     name="specdec", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
     help="Speculative decoding for GGUF models on llama.cpp: exact output, faster generation.",
 )
-for command in (run, batch, bench, inspect, tiny, demo):
+for command in (run, batch, bench, inspect, tiny, demo, backends):
     app.command()(command)
 
 

@@ -67,6 +67,7 @@ def run(
     draft_n_gpu_layers: Annotated[Optional[int], typer.Option("-ngld", "--draft-n-gpu-layers", help="Draft layers on the GPU.")] = None,
     target_python: Annotated[Optional[Path], typer.Option("--target-python", help="Run the target in this interpreter (another llama.cpp build).")] = None,
     draft_python: Annotated[Optional[Path], typer.Option("--draft-python", help="Run the draft in this interpreter.")] = None,
+    rpc: Annotated[Optional[str], typer.Option("--rpc", help="llama.cpp RPC servers for the target, comma-separated host:port (GGML_RPC builds).")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", help="TOML config with [target], [draft], [drafter], [sampling].")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object with text, tokens and stats.")] = False,
     no_live: Annotated[bool, typer.Option("--no-live", help="Stream plain text instead of the live view.")] = False,
@@ -85,7 +86,8 @@ def run(
         n_ctx=_pick(ctx_size, cfg_target and cfg_target.n_ctx, 4096),
         n_threads=_pick(threads, cfg_target and cfg_target.n_threads, None),
         n_gpu_layers=_pick(n_gpu_layers, cfg_target and cfg_target.n_gpu_layers, 0),
-        python=_pick(target_python, cfg_target and cfg_target.python, None))
+        python=_pick(target_python, cfg_target and cfg_target.python, None),
+        rpc_servers=_pick(rpc.split(",") if rpc else None, cfg_target and cfg_target.rpc_servers, None))
     draft_path = _pick(draft_model, cfg_draft and cfg_draft.model, None)
     draft_settings = None
     if draft_path is not None:

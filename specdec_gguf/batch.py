@@ -28,7 +28,7 @@ class ResultsFile:
 
     def completed(self) -> set[tuple[str, str]]:
         """(run, id) pairs already written; a torn last line (from a crash) is cut off first."""
-        if not self.path.exists():
+        if not self.path.is_file():  # nothing yet (or a device such as /dev/full)
             return set()
         data = self.path.read_bytes()
         if data and not data.endswith(b"\n"):

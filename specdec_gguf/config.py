@@ -37,6 +37,7 @@ class EngineSettings:
     use_mmap: bool = True
     flash_attn: str = "auto"
     rollback: str = "auto"
+    rpc_servers: list[str] | None = None  # llama.cpp RPC servers "host:port" (GGML_RPC builds)
     python: Path | None = None  # run the engine in this interpreter (another llama.cpp build)
 
 

@@ -14,7 +14,8 @@ def open_engine(settings: EngineSettings, *, verbose: bool = False) -> Speculati
                   main_gpu=settings.main_gpu, split_mode=settings.split_mode,
                   tensor_split=settings.tensor_split, n_threads=settings.n_threads,
                   n_threads_batch=settings.n_threads_batch, use_mmap=settings.use_mmap,
-                  flash_attn=settings.flash_attn, rollback=settings.rollback, verbose=verbose)
+                  flash_attn=settings.flash_attn, rollback=settings.rollback,
+                  rpc_servers=tuple(settings.rpc_servers or ()), verbose=verbose)
     if settings.python is not None:
         from .engines.process import ProcessEngine
 

@@ -41,6 +41,11 @@ class AutoregressiveDrafter(DrafterEngine):
         self.p_min = p_min
         self._context: list[int] = []
 
+    @property
+    def context(self) -> tuple[int, ...]:
+        """The committed context the drafter follows (its cache holds a prefix of it)."""
+        return tuple(self._context)
+
     def check_target(self, target: SpeculativeEngine) -> None:
         """Raise VocabMismatchError unless the draft's token ids mean the same text to ``target``."""
         if hasattr(target, "token_texts") and hasattr(self.engine, "token_texts"):

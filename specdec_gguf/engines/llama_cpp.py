@@ -57,7 +57,8 @@ class LlamaCppEngine(SpeculativeEngine):
     """A GGUF model with one sequence's KV cache.
 
     Placement and threading are per engine, so a CPU draft can sit beside a GPU
-    target. ``rollback`` chooses how rejected tokens leave the cache: ``"seq_rm"``
+    target; ``rpc_servers`` (``host:port``, a GGML_RPC build) puts layers on llama.cpp RPC
+    servers on other machines. ``rollback`` chooses how rejected tokens leave the cache: ``"seq_rm"``
     cuts the memory (attention models), ``"checkpoint"`` saves the sequence state
     before each forward and restores + re-advances (recurrent/hybrid models);
     ``"auto"`` picks by architecture and reports its choice in ``rollback_mode``.
@@ -70,7 +71,7 @@ class LlamaCppEngine(SpeculativeEngine):
                  split_mode: str = "layer", tensor_split: Sequence[float] | None = None,
                  n_threads: int | None = None, n_threads_batch: int | None = None,
                  use_mmap: bool = True, flash_attn: str = "auto", rollback: RollbackMode = "auto",
-                 verbose: bool = False) -> None:
+                 rpc_servers: Sequence[str] = (), verbose: bool = False, validate: bool = True) -> None:
         self.model_path = Path(model_path)
         self._model = self._ctx = None
         self._batch: lc.llama_batch | None = None
@@ -79,9 +80,13 @@ class LlamaCppEngine(SpeculativeEngine):
         _check_choice("rollback", rollback, {"auto": 0, "seq_rm": 0, "checkpoint": 0})
         if n_ctx < 0 or n_batch < 1:
             raise ConfigError(f"n_ctx={n_ctx} must be >= 0 (0: the model's) and n_batch={n_batch} >= 1")
-        self.architecture: str = validate_gguf(self.model_path).fields["general.architecture"]
+        if validate:  # ProcessEngine's child skips it: the parent validated the file already
+            self.architecture: str = validate_gguf(self.model_path).fields["general.architecture"]
+        else:
+            self.architecture = "unknown"
         _Log.verbose = verbose
         _Log.recent = []
+        add_rpc_servers(rpc_servers)  # remote devices join the registry before the model loads
 
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
@@ -110,6 +115,10 @@ class LlamaCppEngine(SpeculativeEngine):
             self.close()
             raise EngineError(f"{self.model_path}: llama.cpp could not create a context ({_Log.last_error()})")
 
+        if not validate:
+            buf = ctypes.create_string_buffer(128)
+            if lc.llama_model_meta_val_str(self._model, b"general.architecture", buf, 128) > 0:
+                self.architecture = buf.value.decode()
         self._vocab = lc.llama_model_get_vocab(self._model)
         self._mem = lc.llama_get_memory(self._ctx)
         self._n_vocab = int(lc.llama_vocab_n_tokens(self._vocab))
@@ -400,3 +409,76 @@ class PeerPromptLookup:
 
     def close(self) -> None:
         self._llm.close()
+
+
+def _ggml_lib() -> ctypes.CDLL | None:
+    """The ggml library this llama-cpp-python build loaded (for the device registry)."""
+    lib_dir = Path(lc.__file__).parent / "lib"
+    for name in ("libggml.so", "libggml.dylib", "ggml.dll"):
+        if (lib_dir / name).exists():
+            try:
+                return ctypes.CDLL(str(lib_dir / name))
+            except OSError:
+                return None
+    return None
+
+
+def backend_report() -> dict:
+    """This interpreter's llama-cpp-python build: versions, CPU features, GPU/RPC support, devices."""
+    devices = []
+    lib = _ggml_lib()
+    if lib is not None and hasattr(lib, "ggml_backend_dev_count"):
+        lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+        lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+        lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+        for fn in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
+            getattr(lib, fn).restype = ctypes.c_char_p
+            getattr(lib, fn).argtypes = [ctypes.c_void_p]
+        lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
+                                                ctypes.POINTER(ctypes.c_size_t)]
+        for i in range(lib.ggml_backend_dev_count()):
+            dev = lib.ggml_backend_dev_get(i)
+            free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+            lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+            devices.append({"name": lib.ggml_backend_dev_name(dev).decode(),
+                            "description": lib.ggml_backend_dev_description(dev).decode(),
+                            "memory_free": free.value, "memory_total": total.value})
+    return {
+        "python": sys.executable,
+        "llama_cpp_python": lc.__version__,
+        "system_info": lc.llama_print_system_info().decode("utf-8", errors="replace").strip(" |"),
+        "gpu_offload": bool(lc.llama_supports_gpu_offload()),
+        "rpc": bool(lc.llama_supports_rpc()),
+        "mmap": bool(lc.llama_supports_mmap()),
+        "devices": devices,
+    }
+
+
+def add_rpc_servers(servers: Sequence[str]) -> None:
+    """Register llama.cpp RPC servers (``host:port``) as devices, as llama.cpp's ``--rpc`` does.
+
+    Needs a build with GGML_RPC=on; raises EngineError naming what is missing otherwise.
+    """
+    if not servers:
+        return
+    if not lc.llama_supports_rpc():
+        raise EngineError("this llama-cpp-python build has no RPC backend; rebuild it with "
+                          "CMAKE_ARGS='-DGGML_RPC=on' pip install --force-reinstall llama-cpp-python")
+    lib = _ggml_lib()
+    if lib is None:
+        raise EngineError("cannot open this build's ggml library to register RPC servers")
+    lib.ggml_backend_reg_by_name.restype = ctypes.c_void_p
+    lib.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
+    lib.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
+    lib.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    reg = lib.ggml_backend_reg_by_name(b"RPC")
+    add = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server") if reg else None
+    if not add:
+        raise EngineError("the RPC backend does not offer ggml_backend_rpc_add_server (llama.cpp too old?)")
+    add_server = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(add)
+    lib.ggml_backend_register.argtypes = [ctypes.c_void_p]
+    for server in servers:
+        server_reg = add_server(server.encode())
+        if not server_reg:
+            raise EngineError(f"cannot connect to RPC server {server!r}")
+        lib.ggml_backend_register(server_reg)

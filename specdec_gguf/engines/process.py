@@ -1,0 +1,262 @@
+"""ProcessEngine: a LlamaCppEngine served by another Python interpreter (another llama.cpp build).
+
+One process can load only one llama-cpp-python build, so a CPU draft beside a CUDA or
+Metal target in another build runs that engine in a child process. Greedy passes move
+only token ids over the pipe; logits rows arrive in a file-backed shared mapping.
+Every call has a deadline: a child that dies or hangs becomes an EngineError, and the
+child is killed, never left behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import mmap
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..engine import EngineError, SpeculativeEngine
+from ..modelfile import validate_gguf
+from . import wire
+
+_LIVE: weakref.WeakSet[ProcessEngine] = weakref.WeakSet()
+_SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else None
+
+
+@atexit.register
+def _close_all() -> None:
+    for engine in list(_LIVE):
+        engine.close()
+
+
+def _package_root() -> str:
+    """The folder holding ``specdec_gguf``, so the child imports this same code."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+class ProcessEngine(SpeculativeEngine):
+    """The full engine protocol over a pipe to ``python -m specdec_gguf.engines.process_child``.
+
+    ``python`` is the interpreter to run (for example another venv's ``bin/python`` with
+    a CUDA build of llama-cpp-python); the other keyword arguments go to LlamaCppEngine
+    in the child. ``call_timeout`` bounds every call, ``load_timeout`` the model load.
+    """
+
+    def __init__(self, model_path: str | os.PathLike[str], *, python: str | os.PathLike[str] | None = None,
+                 call_timeout: float = 120.0, load_timeout: float = 600.0, **engine_kwargs: Any) -> None:
+        self.model_path = Path(model_path)
+        self.python = str(python or sys.executable)
+        self.call_timeout = call_timeout
+        self._proc: subprocess.Popen | None = None
+        self._shm: mmap.mmap | None = None
+        self._shm_fd = -1
+        self._shm_path = ""
+        self._pieces: dict[int, bytes] = {}
+        self._info: dict[str, Any] | None = None
+        self._shm_rows = 0
+        validate_gguf(self.model_path)  # here, so the child interpreter needs no `gguf` package
+        self._start(engine_kwargs, load_timeout)
+        _LIVE.add(self)
+
+    # -- child lifecycle ------------------------------------------------------------------
+    def _start(self, engine_kwargs: dict[str, Any], load_timeout: float) -> None:
+        self._shm_fd, self._shm_path = tempfile.mkstemp(prefix="specdec-logits-", dir=_SHM_DIR)
+        os.ftruncate(self._shm_fd, mmap.PAGESIZE)  # grown once the vocabulary size is known
+        self._stderr = tempfile.TemporaryFile()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_package_root(), env.get("PYTHONPATH")]))
+        try:
+            self._proc = subprocess.Popen(
+                [self.python, "-m", "specdec_gguf.engines.process_child"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=self._stderr, env=env, bufsize=0, start_new_session=True)
+        except OSError as err:
+            self.close()
+            raise EngineError(f"cannot start interpreter {self.python!r}: {err.strerror or err}") from None
+        setup = {"model_path": str(self.model_path.resolve()), "kwargs": engine_kwargs,
+                 "shm_path": self._shm_path}
+        try:
+            info = wire.json_from(self._request(wire.OP_CALL, wire.json_payload(setup), timeout=load_timeout))
+        except EngineError:
+            self.close()
+            raise
+        self._info = info
+        self._n_past = 0
+        self._eog = frozenset(info["eog_tokens"])
+        self.rollback_mode: str = info["rollback_mode"]
+        self.architecture: str = info["architecture"]
+        self.pid: int = info["pid"]
+        self._ensure_rows(min(64, info["n_ctx"]))
+
+    def _ensure_rows(self, rows: int) -> None:
+        """Grow the shared logits mapping to hold ``rows`` rows of the vocabulary (both sides remap)."""
+        if rows <= self._shm_rows:
+            return
+        size = rows * self.n_vocab * 4
+        os.ftruncate(self._shm_fd, size)
+        if self._shm is not None:
+            self._shm.close()
+        self._shm = mmap.mmap(self._shm_fd, size)
+        self._shm_rows = rows
+        self._request(wire.OP_REMAP)
+
+    def _fail(self, what: str) -> EngineError:
+        """Kill the child and describe why, with the tail of its stderr."""
+        self._kill()
+        tail = ""
+        try:
+            self._stderr.seek(0)
+            lines = self._stderr.read().decode("utf-8", errors="replace").strip().splitlines()
+            tail = f"; child stderr: {lines[-1]}" if lines else ""
+        except (OSError, ValueError):
+            pass
+        return EngineError(f"{self.model_path} in {self.python}: {what}{tail}")
+
+    def _request(self, op: int, payload: bytes = b"", timeout: float | None = None) -> bytes:
+        proc = self._proc
+        if proc is None:
+            raise EngineError(f"{self.model_path}: the engine process is closed")
+        try:
+            wire.write_frame(proc.stdin.fileno(), op, payload)
+            status, body = self._read_frame(proc.stdout.fileno(), timeout or self.call_timeout)
+        except (BrokenPipeError, wire.PipeClosed):
+            code = proc.poll()
+            raise self._fail(f"the engine process exited (code {code})") from None
+        if status == wire.ERROR:
+            raise EngineError(f"{self.model_path} in {self.python}: {body.decode('utf-8', errors='replace')}")
+        return body
+
+    def _read_frame(self, fd: int, timeout: float) -> tuple[int, bytes]:
+        deadline = time.monotonic() + timeout
+        header = self._read_exact(fd, wire.HEADER.size, deadline, timeout)
+        status, length = wire.HEADER.unpack(header)
+        return status, self._read_exact(fd, length, deadline, timeout) if length else b""
+
+    def _read_exact(self, fd: int, n: int, deadline: float, timeout: float) -> bytes:
+        chunks, got = [], 0
+        while got < n:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                raise self._fail(f"no answer within {timeout:g} s (hung)")
+            chunk = os.read(fd, n - got)
+            if not chunk:
+                raise wire.PipeClosed
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def close(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            try:
+                wire.write_frame(proc.stdin.fileno(), wire.OP_CLOSE)
+                proc.stdin.close()
+                proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self._kill()
+        if self._shm is not None:
+            self._shm.close()
+            self._shm = None
+        if self._shm_fd >= 0:
+            os.close(self._shm_fd)
+            self._shm_fd = -1
+        if self._shm_path:
+            try:
+                os.unlink(self._shm_path)
+            except FileNotFoundError:
+                pass
+            self._shm_path = ""
+
+    def __enter__(self) -> ProcessEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- protocol --------------------------------------------------------------------------
+    @property
+    def n_ctx(self) -> int:
+        return self._info["n_ctx"]  # type: ignore[index]
+
+    @property
+    def n_vocab(self) -> int:
+        return self._info["n_vocab"]  # type: ignore[index]
+
+    @property
+    def n_past(self) -> int:
+        return self._n_past
+
+    def reset(self, n_past: int) -> None:
+        if not 0 <= n_past <= self._n_past:
+            raise EngineError(f"reset({n_past}) outside [0, n_past={self._n_past}]")
+        if n_past != self._n_past:
+            self._request(wire.OP_RESET, wire.tokens_payload([n_past]))
+            self._n_past = n_past
+
+    def _forward(self, op: int, tokens: Sequence[int]) -> bytes:
+        body = self._request(op, wire.tokens_payload(tokens))
+        self._n_past += len(tokens)
+        return body
+
+    def advance(self, tokens: Sequence[int]) -> None:
+        if len(tokens):
+            self._forward(wire.OP_ADVANCE, tokens)
+
+    def forward_argmax(self, tokens: Sequence[int]) -> np.ndarray:
+        return wire.tokens_from(self._forward(wire.OP_ARGMAX, tokens)).astype(np.int32)
+
+    def forward_logits(self, tokens: Sequence[int]) -> np.ndarray:
+        """Logits rows as a view of the shared mapping, valid until the next call."""
+        n = len(tokens)
+        self._ensure_rows(n)
+        self._forward(wire.OP_LOGITS, tokens)
+        return np.frombuffer(self._shm, dtype=np.float32, count=n * self.n_vocab).reshape(n, self.n_vocab)
+
+    def is_eog(self, token: int) -> bool:
+        return token in self._eog
+
+    # -- vocabulary ----------------------------------------------------------------------------
+    def _call(self, method: str, *args: Any) -> Any:
+        return wire.json_from(self._request(wire.OP_CALL, wire.json_payload({"method": method, "args": args})))
+
+    def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
+        return self._call("tokenize", text, add_bos, special)
+
+    def token_to_piece(self, token: int, special: bool = False) -> bytes:
+        piece = self._pieces.get(token) if not special else None
+        if piece is None:
+            piece = bytes.fromhex(self._call("token_to_piece", int(token), special))
+            if not special:
+                self._pieces[token] = piece
+        return piece
+
+    def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
+        return b"".join(self.token_to_piece(t, special) for t in tokens).decode("utf-8", errors="replace")
+
+    def format_chat(self, user_text: str) -> str:
+        return self._call("format_chat", user_text)
+
+    @cached_property
+    def token_texts(self) -> tuple[bytes, ...]:
+        return tuple(bytes.fromhex(t) for t in self._call("token_texts"))
+
+    bos_token = property(lambda self: self._info["bos_token"])
+    eos_token = property(lambda self: self._info["eos_token"])
+    add_bos = property(lambda self: self._info["add_bos"])
+    add_eos = property(lambda self: self._info["add_eos"])
+    vocab_type = property(lambda self: self._info["vocab_type"])
