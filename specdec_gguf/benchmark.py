@@ -41,6 +41,7 @@ class Trial:
     tokens_per_target_pass: float
     draft_per_token: float  # seconds per drafted token
     tokens: tuple[int, ...]
+    python_share: float | None = None  # share of generation time outside llama_decode
 
 
 @dataclass
@@ -54,6 +55,7 @@ class StrategyReport:
     share_of_optimum: float | None = None
     per_prompt_speedup: dict[str, float] = field(default_factory=dict)
     greedy_match: float | None = None  # share of prompts whose output equals plain decoding's
+    python_share: float | None = None  # median share of generation time outside llama_decode
 
 
 def measure_cost_curve(target: SpeculativeEngine, context: Sequence[int], sizes: Sequence[int],
@@ -84,14 +86,20 @@ def run_trials(target: SpeculativeEngine, draft: SpeculativeEngine | None, strat
     for s in strategies:
         decoders[s.name].generate(warm_prompt, min(16, max_tokens), sampling)
     trials = []
+    engines = [e for e in (target, draft) if e is not None]
     for rep in range(repeats):
         for prompt_id, tokens in prompts:
             for s in strategies:
+                decode_before = sum(getattr(e, "decode_seconds", 0.0) for e in engines)
                 r = decoders[s.name].generate(tokens, max_tokens, sampling)
                 st = r.stats
+                # The prefill's decode time is not part of generation: subtract its share of this run.
+                decoded = sum(getattr(e, "decode_seconds", 0.0) for e in engines) - decode_before
+                in_llama = decoded - st.prefill_seconds
+                share = 1.0 - in_llama / st.generation_seconds if st.generation_seconds and decoded else None
                 trial = Trial(s.name, prompt_id, rep, st.generation_throughput, st.acceptance_rate,
                               st.tokens_per_target_pass, st.draft_seconds / st.drafted if st.drafted else 0.0,
-                              tuple(r.tokens))
+                              tuple(r.tokens), share)
                 trials.append(trial)
                 if on_trial:
                     on_trial(trial)
@@ -131,6 +139,8 @@ def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy],
             acceptance_rate=statistics.mean(t.acceptance_rate for t in mine),
             tokens_per_target_pass=statistics.mean(t.tokens_per_target_pass for t in mine),
             per_prompt_speedup=per_prompt,
+            python_share=statistics.median(shares) if (shares := [t.python_share for t in mine
+                                                                  if t.python_share is not None]) else None,
             greedy_match=(sum(first_tokens(s.name, p) == first_tokens(plain, p) for p in prompt_ids)
                           / len(prompt_ids)) if plain else None))
     if cost_curve:

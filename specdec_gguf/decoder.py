@@ -7,7 +7,7 @@ from time import perf_counter
 from typing import Iterable, Iterator, Literal, Sequence
 
 from . import sampling as _sampling
-from .drafters.autoregressive import common_prefix_length
+from .drafters.autoregressive import reusable_prefix
 from .engine import (ConfigError, ContextOverflowError, DrafterEngine, SpecDecError,
                      SpeculativeEngine, check_tokens)
 from .proposal import DraftProposal, VerificationPolicy
@@ -64,7 +64,6 @@ class SpeculativeDecoder:
         if schedule is None:
             schedule = AdaptiveSchedule(num_draft_tokens) if adaptive else FixedSchedule(num_draft_tokens)
         self.schedule = schedule
-        self._cached: list[int] = []  # tokens in the target's cache after the last run
 
     def generate(self, prompt_tokens: Sequence[int], max_new_tokens: int,
                  sampling: SamplingParams = SamplingParams(),
@@ -150,7 +149,6 @@ class SpeculativeDecoder:
                         stop_reason = "length"
                     elif len(context) >= target.n_ctx:
                         stop_reason = "context"
-                self._cached = context[:-1]
                 yield RoundEvent(tuple(new), tuple(origins), stats, stop_reason)
                 if stop_reason is not None:
                     return
@@ -159,23 +157,18 @@ class SpeculativeDecoder:
             raise
 
     def _prefill(self, prefix: list[int]) -> None:
-        """Fill the target's cache with ``prefix``, reusing what the last run left there."""
-        target = self.target
-        keep = common_prefix_length(self._cached, prefix) if target.n_past == len(self._cached) else 0
-        self._cached = []  # unknown until the prefill succeeds
-        target.reset(keep)
+        """Fill the target's cache with ``prefix``, reusing whatever leading part it already holds."""
+        keep = reusable_prefix(self.target, prefix)
+        self.target.reset(keep)
         if len(prefix) > keep:
-            target.advance(prefix[keep:])
-        self._cached = prefix
+            self.target.advance(prefix[keep:])
 
     def _restore(self, context: list[int]) -> None:
         """After an error, leave both engines at the committed context (best effort)."""
         try:
-            committed = min(self.target.n_past, len(context) - 1)
-            self.target.reset(committed)
-            self._cached = context[:committed]
+            self.target.reset(min(self.target.n_past, len(context) - 1))
         except SpecDecError:
-            self._cached = []
+            pass
         if self.drafter is not None:
             try:
                 self.drafter.rollback()

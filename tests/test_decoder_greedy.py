@@ -79,3 +79,13 @@ def test_origins_label_each_token(target, draft):
         drafted_last = event.origins[-1]
         assert drafted_last in {"correction", "bonus", "target"} or event.stop_reason
     assert {"accepted", "correction"} <= seen
+
+
+def test_decoders_sharing_a_target_never_reuse_a_stale_prefix(target, draft):
+    """Prefix reuse reads the engine's own cache record, so other decoders can't mislead it."""
+    a = SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=3)
+    b = SpeculativeDecoder(target, PromptLookupDrafter(), num_draft_tokens=3)
+    a.generate([1, 2, 3, 4], 10)
+    b.generate([5, 6, 7, 8], 10)  # same length: a length check alone would be fooled
+    assert a.generate([1, 2, 3, 9], 10).tokens == plain_greedy(target, [1, 2, 3, 9], 10)
+    assert b.generate([5, 6, 7, 8, 1], 10).tokens == plain_greedy(target, [5, 6, 7, 8, 1], 10)

@@ -15,10 +15,18 @@ from ..vocab import check_compatible
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token sequences."""
     n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+    diff = np.flatnonzero(np.asarray(a[:n], dtype=np.int64) != np.asarray(b[:n], dtype=np.int64))
+    return int(diff[0]) if len(diff) else n
+
+
+def reusable_prefix(engine: SpeculativeEngine, tokens: Sequence[int]) -> int:
+    """How many leading ``tokens`` the engine's cache already holds (0 if it can't tell).
+
+    Reads the engine's own record of its cache (``engine.tokens``), so it stays right
+    when several decoders share one engine.
+    """
+    cached = getattr(engine, "tokens", None)
+    return common_prefix_length(cached, tokens) if cached is not None else 0
 
 
 class AutoregressiveDrafter(DrafterEngine):
@@ -57,12 +65,11 @@ class AutoregressiveDrafter(DrafterEngine):
     def start(self, prompt_tokens: Sequence[int]) -> None:
         engine = self.engine
         prefix = list(prompt_tokens[:-1])
-        keep = common_prefix_length(self._context[: engine.n_past], prefix)
-        self._context = []  # invalid until the prefill succeeds
+        keep = reusable_prefix(engine, prefix)
         engine.reset(keep)
+        self._context = list(prompt_tokens)  # the cache is a prefix of it even if the prefill fails
         if len(prefix) > keep:
             engine.advance(prefix[keep:])
-        self._context = list(prompt_tokens)
 
     def propose(self, max_tokens: int, policy: VerificationPolicy,
                 rng: np.random.Generator) -> DraftProposal:

@@ -126,6 +126,7 @@ class LlamaCppEngine(SpeculativeEngine):
         self._n_batch = int(lc.llama_n_batch(self._ctx))
         self._history = np.zeros(self._n_ctx, dtype=np.int32)  # the tokens in the cache
         self._positions = np.arange(self._n_ctx, dtype=np.int32)
+        self.decode_seconds = 0.0  # time inside llama_decode (for overhead measurements)
         self._n_past = 0
         self._logits_addr = 0
         self._logits = np.empty((0, self._n_vocab), dtype=np.float32)
@@ -222,7 +223,9 @@ class LlamaCppEngine(SpeculativeEngine):
             self._b_pos[:m] = self._positions[self._n_past:self._n_past + m]
             self._b_logits[:m] = want_logits
             self._batch.n_tokens = m
+            t0 = time.perf_counter()
             rc = lc.llama_decode(self._ctx, self._batch)
+            self.decode_seconds += time.perf_counter() - t0
             if rc != 0:
                 # On failure llama.cpp may keep processed ubatches: cut back to what we know.
                 lc.llama_memory_seq_rm(self._mem, 0, self._n_past, -1)

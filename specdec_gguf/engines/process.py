@@ -89,6 +89,7 @@ class ProcessEngine(SpeculativeEngine):
             self.close()
             raise
         self._info = info
+        self._history = np.zeros(info["n_ctx"], dtype=np.int32)  # mirror of the child's cache
         self._n_past = 0
         self._eog = frozenset(info["eog_tokens"])
         self.rollback_mode: str = info["rollback_mode"]
@@ -208,8 +209,16 @@ class ProcessEngine(SpeculativeEngine):
             self._request(wire.OP_RESET, wire.tokens_payload([n_past]))
             self._n_past = n_past
 
+    @property
+    def tokens(self) -> np.ndarray:
+        """The tokens in the child's KV cache (a read-only view)."""
+        view = self._history[: self._n_past]
+        view.flags.writeable = False
+        return view
+
     def _forward(self, op: int, tokens: Sequence[int]) -> bytes:
         body = self._request(op, wire.tokens_payload(tokens))
+        self._history[self._n_past:self._n_past + len(tokens)] = tokens
         self._n_past += len(tokens)
         return body
 
