@@ -18,7 +18,7 @@ from specdec_gguf.config import DrafterSettings, EngineSettings, read_prompts_js
 from specdec_gguf.factory import open_engine
 from specdec_gguf.prompts import BENCH_PROMPTS
 
-from .common import err_console, handle_errors
+from .common import err_console, handle_errors, stdout_is_tty
 
 BAR = 30
 
@@ -40,15 +40,28 @@ def strategies_for(draft: bool, prompt_lookup: bool, ks: list[int], adaptive_k: 
 def render_reports(reports) -> Table:
     table = Table(title="specdec bench (greedy)", header_style="bold")
     for col in ("strategy", "median tok/s", "vs plain", "acceptance", "tokens/pass", "optimum", "of optimum",
-                "same as plain"):
-        table.add_column(col, justify="left" if col == "strategy" else "right")
+                "same as plain", "python share"):
+        table.add_column(col, justify="left" if col == "strategy" else "right", no_wrap=True)
     for r in reports:
         table.add_row(r.name, f"{r.median_throughput:.1f}", f"{r.speedup:.2f}x",
                       f"{r.acceptance_rate:.1%}" if r.name not in ("plain", PEER_NAME) else "-",
                       f"{r.tokens_per_target_pass:.2f}" if r.name != PEER_NAME else "-",
                       f"{r.predicted_optimum:.2f}x" if r.predicted_optimum else "-",
                       f"{r.share_of_optimum:.0%}" if r.share_of_optimum else "-",
-                      f"{r.greedy_match:.0%}" if r.greedy_match is not None else "-")
+                      f"{r.greedy_match:.0%}" if r.greedy_match is not None else "-",
+                      f"{r.python_share:.1%}" if r.python_share is not None else "-")
+    return table
+
+
+def per_prompt_table(reports) -> Table:
+    """Speed-up over plain decoding per prompt and strategy."""
+    prompt_ids = list(reports[0].per_prompt_speedup) if reports else []
+    table = Table(title="speed-up over plain, per prompt", header_style="bold")
+    table.add_column("strategy", no_wrap=True)
+    for pid in prompt_ids:
+        table.add_column(pid, justify="right", no_wrap=True)
+    for r in reports:
+        table.add_row(r.name, *(f"{r.per_prompt_speedup[pid]:.2f}x" for pid in prompt_ids))
     return table
 
 
@@ -57,7 +70,7 @@ def speedup_chart(reports) -> list[str]:
     top = max([r.speedup for r in reports] + [1.0])
     for r in reports:
         n = round(r.speedup / top * BAR)
-        lines.append(f"  {r.name:<18} {'█' * n}{' ' * (BAR - n)} {r.speedup:.2f}x")
+        lines.append(f"  {r.name:<24} {'█' * n}{' ' * (BAR - n)} {r.speedup:.2f}x")
     return lines
 
 
@@ -131,8 +144,9 @@ def bench(
                           "cost_curve_seconds": curve, "prompts": [p[0] for p in prompts],
                           "max_tokens": max_tokens, "repeats": repeats}))
         return
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=None if stdout_is_tty() else 160)
     console.print(render_reports(reports))
+    console.print(per_prompt_table(reports))
     console.print("verify cost vs one-token pass: " + ", ".join(
         f"{n}: {curve[n] / curve[1]:.2f}x" for n in sorted(curve)))
     for line in speedup_chart(reports):

@@ -80,18 +80,21 @@ def run_trials(target: SpeculativeEngine, draft: SpeculativeEngine | None, strat
                prompts: Sequence[tuple[str, list[int]]], max_tokens: int, repeats: int,
                sampling: SamplingParams = SamplingParams(),
                on_trial: Callable[[Trial], None] | None = None) -> list[Trial]:
-    """Every strategy on every prompt, interleaved (A B C A B C ...), after one warm-up each."""
+    """Every strategy on every prompt, interleaved (A B C A B C ...), after one warm-up each.
+
+    End-of-generation tokens are ignored so every trial generates ``max_tokens`` tokens.
+    """
     decoders = {s.name: make_decoder(target, s.drafter, draft) for s in strategies}
     warm_prompt = prompts[0][1]
     for s in strategies:
-        decoders[s.name].generate(warm_prompt, min(16, max_tokens), sampling)
+        decoders[s.name].generate(warm_prompt, min(16, max_tokens), sampling, ignore_eog=True)
     trials = []
     engines = [e for e in (target, draft) if e is not None]
     for rep in range(repeats):
         for prompt_id, tokens in prompts:
             for s in strategies:
                 decode_before = sum(getattr(e, "decode_seconds", 0.0) for e in engines)
-                r = decoders[s.name].generate(tokens, max_tokens, sampling)
+                r = decoders[s.name].generate(tokens, max_tokens, sampling, ignore_eog=True)
                 st = r.stats
                 # The prefill's decode time is not part of generation: subtract its share of this run.
                 decoded = sum(getattr(e, "decode_seconds", 0.0) for e in engines) - decode_before

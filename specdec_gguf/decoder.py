@@ -67,24 +67,25 @@ class SpeculativeDecoder:
 
     def generate(self, prompt_tokens: Sequence[int], max_new_tokens: int,
                  sampling: SamplingParams = SamplingParams(),
-                 stop_token_ids: Iterable[int] | None = None) -> GenerationResult:
+                 stop_token_ids: Iterable[int] | None = None, *, ignore_eog: bool = False) -> GenerationResult:
         """Run to a stop and return every generated token with the stats."""
         tokens: list[int] = []
         last: RoundEvent | None = None
-        for last in self.stream(prompt_tokens, max_new_tokens, sampling, stop_token_ids):
+        for last in self.stream(prompt_tokens, max_new_tokens, sampling, stop_token_ids, ignore_eog=ignore_eog):
             tokens.extend(last.tokens)
         assert last is not None and last.stop_reason is not None  # stream always ends on a stop
         return GenerationResult(tokens=tokens, stats=last.stats, stop_reason=last.stop_reason)
 
     def stream(self, prompt_tokens: Sequence[int], max_new_tokens: int,
                sampling: SamplingParams = SamplingParams(),
-               stop_token_ids: Iterable[int] | None = None) -> Iterator[RoundEvent]:
+               stop_token_ids: Iterable[int] | None = None, *, ignore_eog: bool = False) -> Iterator[RoundEvent]:
         """Yield one RoundEvent per round; the last one carries ``stop_reason``.
 
         The stats object is live (updated in place); take ``.copy()`` to keep a snapshot.
+        ``ignore_eog`` keeps generating past end-of-generation tokens (benchmarks).
         """
         prompt = self._validate(prompt_tokens, max_new_tokens)
-        return self._rounds(prompt, max_new_tokens, sampling, frozenset(stop_token_ids or ()))
+        return self._rounds(prompt, max_new_tokens, sampling, frozenset(stop_token_ids or ()), ignore_eog)
 
     def _validate(self, prompt_tokens: Sequence[int], max_new_tokens: int) -> list[int]:
         prompt = [int(t) for t in prompt_tokens]
@@ -100,8 +101,9 @@ class SpeculativeDecoder:
         return prompt
 
     def _rounds(self, prompt: list[int], max_new_tokens: int, params: SamplingParams,
-                stops: frozenset[int]) -> Iterator[RoundEvent]:
+                stops: frozenset[int], ignore_eog: bool) -> Iterator[RoundEvent]:
         target, drafter, schedule = self.target, self.drafter, self.schedule
+        is_eog = (lambda token: False) if ignore_eog else target.is_eog
         policy, rng = VerificationPolicy.from_sampling(params), params.rng()
         stats = SpecStats(prompt_tokens=len(prompt))
         context = list(prompt)  # committed tokens; the cache holds all but the last (the anchor)
@@ -130,7 +132,7 @@ class SpeculativeDecoder:
                 origins: list[Origin] = ["accepted"] * n_acc + [last]
                 stop_reason: StopReason | None = None
                 for i, t in enumerate(new):
-                    if t in stops or target.is_eog(t):
+                    if t in stops or is_eog(t):
                         stop_reason = "stop_token" if t in stops else "eog"
                         del new[i:], origins[i:]
                         break

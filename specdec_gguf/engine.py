@@ -87,6 +87,18 @@ class SpeculativeEngine(Protocol):
         tokens = [anchor, *proposal.tokens]
         return self.forward_argmax(tokens) if greedy else self.forward_logits(tokens)
 
+    def forward_last_argmax(self, tokens: Sequence[int]) -> int:
+        """One pass; the argmax after the last token only (drafting needs no other row)."""
+        if len(tokens) > 1:
+            self.advance(tokens[:-1])
+        return int(self.forward_argmax(tokens[-1:])[0])
+
+    def forward_last_logits(self, tokens: Sequence[int]) -> np.ndarray:
+        """One pass; the next-token logits after the last token only (``[n_vocab]``)."""
+        if len(tokens) > 1:
+            self.advance(tokens[:-1])
+        return self.forward_logits(tokens[-1:])[0]
+
     def is_eog(self, token: int) -> bool:
         """Whether ``token`` ends generation (EOS, EOT, ...)."""
         return False

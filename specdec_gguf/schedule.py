@@ -51,7 +51,9 @@ class AdaptiveSchedule(DraftSchedule):
     chance that slot i is accepted given the slots before it were. ``verify(n)`` is an
     average per batch size, interpolated linearly between measured sizes. When k = 0
     wins (drafting doesn't pay), a probe round drafts again now and then, with the
-    interval doubling while probes keep losing, so the estimates stay fresh.
+    interval doubling while probes keep losing; when drafting wins, a plain round now
+    and then keeps the baseline cost current. The state persists across generations
+    on the same decoder, so what one prompt taught carries to the next.
     """
 
     def __init__(self, k_max: int, *, smoothing: float = 0.15, probe_interval: int = 8,
@@ -71,6 +73,8 @@ class AdaptiveSchedule(DraftSchedule):
         self._rounds_since_draft = 0
         self._probe_interval = probe_interval
         self.replan_every = 4
+        self.refresh_plain_every = 48
+        self._rounds_since_plain = 0
         self._plan: int | None = None
         self._probe_k = k_max
         self._since_plan = 0
@@ -136,7 +140,8 @@ class AdaptiveSchedule(DraftSchedule):
         if 1 not in self.verify_seconds:
             return 0  # measure a plain pass first
         if len(self.verify_seconds) < 2:
-            return self.k_max  # then a full draft: cost at the far end and acceptance at every slot
+            # Then a short draft: cheap if the drafter is poor; slot optimism widens k if it is good.
+            return min(self.k_max, 3)
         if self._plan is None or self._since_plan >= self.replan_every:
             # Re-plan every few rounds, not every round: the model moves slowly and a plan costs ~50 us.
             self._plan, _ = self.best_k()
@@ -144,6 +149,8 @@ class AdaptiveSchedule(DraftSchedule):
             self._since_plan = 0
         if self._plan > 0:
             self._probe_interval = self.base_probe_interval
+            if self._rounds_since_plain >= self.refresh_plain_every:
+                return 0  # now and then a plain pass, so the baseline cost stays current too
             return self._plan
         if self._rounds_since_draft >= self._probe_interval:
             # Probe with the best drafting k so acceptance and cost estimates stay current.
@@ -159,7 +166,9 @@ class AdaptiveSchedule(DraftSchedule):
         self.verify_seconds[n] = old + self._weight(count) * (verify_seconds - old)
         if drafted == 0:
             self._rounds_since_draft += 1
+            self._rounds_since_plain = 0
             return
+        self._rounds_since_plain += 1
         self._rounds_since_draft = 0
         self._draft_rounds += 1
         per_token = draft_seconds / drafted

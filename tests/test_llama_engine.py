@@ -115,3 +115,17 @@ def test_quantized_family_loads_and_speculates(tmp_path):
         result = SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=4).generate(prompt, 40)
         assert len(result.tokens) == 40
         assert result.stats.accepted > 0
+
+
+def test_forward_last_asks_one_row_and_matches_full_pass(tiny_engines):
+    target, _ = tiny_engines
+    prompt = target.tokenize(PROMPT_TEXT)
+    target.reset(0)
+    full = target.forward_logits(prompt)[-1].copy()
+    target.reset(0)
+    last = target.forward_last_logits(prompt)
+    assert last.shape == (target.n_vocab,)
+    np.testing.assert_allclose(last, full, atol=LOGIT_ATOL)
+    assert target.n_past == len(prompt)
+    target.reset(0)
+    assert target.forward_last_argmax(prompt) == int(full.argmax())

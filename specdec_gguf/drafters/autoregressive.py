@@ -78,18 +78,15 @@ class AutoregressiveDrafter(DrafterEngine):
         max_tokens = min(max_tokens, engine.n_ctx - len(ctx) + 1)
         if max_tokens <= 0:
             return DraftProposal()
-        feed = ctx[engine.n_past:]
-        if len(feed) > 1:  # catch up without asking for logits we would not read
-            engine.advance(feed[:-1])
-            feed = feed[-1:]
+        feed = ctx[engine.n_past:]  # the anchor, after a round also the last correction/bonus token
         want_rows = not policy.greedy or self.p_min > 0.0
         tokens: list[int] = []
         rows: list[np.ndarray] = []
         for _ in range(max_tokens):
             if not want_rows:
-                tokens.append(int(engine.forward_argmax(feed)[-1]))
+                tokens.append(engine.forward_last_argmax(feed))
             else:
-                logits = engine.forward_logits(feed)[-1]  # [V]
+                logits = engine.forward_last_logits(feed)  # [V]
                 if policy.greedy:
                     token = int(np.argmax(logits))
                     if _top_probability(logits) < self.p_min:

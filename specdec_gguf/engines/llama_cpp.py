@@ -191,37 +191,51 @@ class LlamaCppEngine(SpeculativeEngine):
             self._restore_checkpoint(n_past)
 
     def advance(self, tokens: Sequence[int]) -> None:
-        self._decode(tokens, want_logits=False)
+        self._decode(tokens, first_logit=len(tokens))
 
     def forward_logits(self, tokens: Sequence[int]) -> np.ndarray:
         if self.rollback_mode == "checkpoint":
             self._save_checkpoint()
-        return self._decode(tokens, want_logits=True)  # [n, V] view
+        return self._decode(tokens, first_logit=0)  # [n, V] view
 
     def forward_argmax(self, tokens: Sequence[int]) -> np.ndarray:
         return np.argmax(self.forward_logits(tokens), axis=1).astype(np.int32)
+
+    def forward_last_logits(self, tokens: Sequence[int]) -> np.ndarray:
+        if self.rollback_mode == "checkpoint":
+            self._save_checkpoint()
+        return self._decode(tokens, first_logit=len(tokens) - 1)[0]  # [V] view, one pass
+
+    def forward_last_argmax(self, tokens: Sequence[int]) -> int:
+        return int(np.argmax(self.forward_last_logits(tokens)))
 
     def is_eog(self, token: int) -> bool:
         return bool(lc.llama_vocab_is_eog(self._vocab, token))
 
     # -- decoding ---------------------------------------------------------------------------
-    def _decode(self, tokens: Sequence[int], *, want_logits: bool) -> np.ndarray | None:
-        # Token ids are not re-checked here: llama_decode rejects ids outside the vocabulary
-        # with an error code, which becomes an EngineError below.
+    def _decode(self, tokens: Sequence[int], *, first_logit: int) -> np.ndarray | None:
+        """One pass over ``tokens``; logits for positions >= ``first_logit`` (``[n - first_logit, V]``).
+
+        Token ids are not re-checked here: llama_decode rejects ids outside the vocabulary
+        with an error code, which becomes an EngineError below.
+        """
         toks = np.asarray(tokens, dtype=np.int32)
         n = toks.shape[0]
+        want = n - first_logit  # rows of logits to return
         if n == 0:
-            return np.empty((0, self._n_vocab), dtype=np.float32) if want_logits else None
+            return np.empty((0, self._n_vocab), dtype=np.float32)
         if self._n_past + n > self._n_ctx:
             raise EngineError(f"context full: {self._n_past} + {n} tokens > n_ctx={self._n_ctx}")
         out = None
-        if want_logits and n > self._n_batch:  # rare: a pass longer than one batch
-            out = np.empty((n, self._n_vocab), dtype=np.float32)
+        if want > 0 and n > self._n_batch:  # rare: a pass longer than one batch
+            out = np.empty((want, self._n_vocab), dtype=np.float32)
         for start in range(0, n, self._n_batch):
             m = min(self._n_batch, n - start)
             self._b_token[:m] = toks[start:start + m]
             self._b_pos[:m] = self._positions[self._n_past:self._n_past + m]
-            self._b_logits[:m] = want_logits
+            rows_from = min(max(first_logit - start, 0), m)  # first position in this chunk with logits
+            self._b_logits[:rows_from] = 0
+            self._b_logits[rows_from:m] = 1
             self._batch.n_tokens = m
             t0 = time.perf_counter()
             rc = lc.llama_decode(self._ctx, self._batch)
@@ -233,11 +247,13 @@ class LlamaCppEngine(SpeculativeEngine):
                                   f"({_Log.last_error()})")
             self._history[self._n_past:self._n_past + m] = toks[start:start + m]
             self._n_past += m
-            if want_logits:
-                view = self._logits_view()[:m]  # [m, V]
+            rows = m - rows_from
+            if rows > 0:
+                view = self._logits_view()[:rows]  # [rows, V]
                 if out is None:
                     return view
-                out[start:start + m] = view
+                done = start + rows_from - first_logit
+                out[done:done + rows] = view
         return out
 
     def _logits_view(self) -> np.ndarray:
@@ -394,13 +410,10 @@ class PeerPromptLookup:
     def generate(self, prompt_tokens: Sequence[int], max_tokens: int) -> tuple[list[int], float]:
         """Greedy tokens and generation throughput (tok/s after the first token, prefill excluded)."""
         llm = self._llm
-        vocab = llm._model.vocab
         tokens: list[int] = []
         t_first = t_last = 0.0
         for token in llm.generate(list(prompt_tokens), temp=0.0, top_k=1, reset=True):
-            now = time.perf_counter()
-            if lc.llama_vocab_is_eog(vocab, token):
-                break
+            now = time.perf_counter()  # end-of-generation tokens are kept, as in our benchmarks
             if not tokens:
                 t_first = now
             t_last = now
