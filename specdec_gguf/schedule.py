@@ -72,7 +72,7 @@ class AdaptiveSchedule(DraftSchedule):
         self._draft_rounds = 0
         self._rounds_since_draft = 0
         self._probe_interval = probe_interval
-        self.replan_every = 4
+        self.replan_every = 8
         self.refresh_plain_every = 48
         self._rounds_since_plain = 0
         self._plan: int | None = None
@@ -127,13 +127,20 @@ class AdaptiveSchedule(DraftSchedule):
         return self.expected_tokens(k) / (cost + self.draft_per_token * k)
 
     def best_k(self) -> tuple[int, float | None]:
-        """The k with the highest predicted throughput, and that throughput."""
-        best, best_rate = None, None
-        for k in range(self.k_max + 1):
-            rate = self.throughput(k)
-            if rate is not None and (best_rate is None or rate > best_rate):
-                best, best_rate = k, rate
-        return (self.k_max if best is None else best), best_rate
+        """The k with the highest predicted throughput, and that throughput (one pass over k)."""
+        costs = [self.verify_cost(n) for n in range(1, self.k_max + 2)]
+        rates = self.slot_rates()
+        best, best_rate = self.k_max, None
+        expected, reach = 1.0, 1.0
+        for k, cost in enumerate(costs):
+            if k:
+                reach *= rates[k - 1]
+                expected += reach
+            if cost is not None:
+                rate = expected / (cost + self.draft_per_token * k)
+                if best_rate is None or rate > best_rate:
+                    best, best_rate = k, rate
+        return best, best_rate
 
     # -- schedule ----------------------------------------------------------------------------
     def next_k(self) -> int:
@@ -143,9 +150,10 @@ class AdaptiveSchedule(DraftSchedule):
             # Then a short draft: cheap if the drafter is poor; slot optimism widens k if it is good.
             return min(self.k_max, 3)
         if self._plan is None or self._since_plan >= self.replan_every:
-            # Re-plan every few rounds, not every round: the model moves slowly and a plan costs ~50 us.
+            # Re-plan every few rounds, not every round: the estimates move slowly and a plan costs ~20 us.
             self._plan, _ = self.best_k()
-            self._probe_k = max(range(1, self.k_max + 1), key=lambda k: self.throughput(k) or 0.0)
+            if self._plan == 0:
+                self._probe_k = max(range(1, self.k_max + 1), key=lambda k: self.throughput(k) or 0.0)
             self._since_plan = 0
         if self._plan > 0:
             self._probe_interval = self.base_probe_interval

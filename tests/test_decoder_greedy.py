@@ -20,13 +20,13 @@ def plain_greedy(engine: InMemoryEngine, prompt: list[int], n: int) -> list[int]
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(vocab=st.integers(4, 48), seed=st.integers(0, 10_000), noise=st.floats(0.0, 2.0),
-       k=st.integers(1, 16), use_model=st.booleans(),
+       k=st.integers(1, 16), use_model=st.booleans(), adaptive=st.booleans(),
        prompt=st.lists(st.integers(0, 3), min_size=1, max_size=8), max_new=st.integers(1, 40))
-def test_greedy_speculative_equals_target_greedy(vocab, seed, noise, k, use_model, prompt, max_new):
+def test_greedy_speculative_equals_target_greedy(vocab, seed, noise, k, use_model, adaptive, prompt, max_new):
     target = InMemoryEngine.random(vocab, seed=seed, n_ctx=256)
     draft_engine = target.perturbed(noise, seed=seed + 1)
     drafter = AutoregressiveDrafter(draft_engine) if use_model else PromptLookupDrafter(max_ngram=3)
-    decoder = SpeculativeDecoder(target, drafter, num_draft_tokens=k)
+    decoder = SpeculativeDecoder(target, drafter, num_draft_tokens=k, adaptive=adaptive)
     out: list[int] = []
     for event in decoder.stream(prompt, max_new):
         out.extend(event.tokens)
