@@ -68,6 +68,7 @@ class AdaptiveSchedule(DraftSchedule):
         self.verify_seconds: dict[int, float] = {}  # batch size n -> mean seconds
         self.draft_per_token = 0.0
         self._verify_count: dict[int, int] = {}
+        self._sizes: list[int] = []  # sorted keys of verify_seconds
         self._slot_count = [0] * k_max
         self._draft_rounds = 0
         self._rounds_since_draft = 0
@@ -107,7 +108,7 @@ class AdaptiveSchedule(DraftSchedule):
             return known[n]
         if not known:
             return None
-        sizes = sorted(known)
+        sizes = self._sizes
         below = [s for s in sizes if s < n]
         above = [s for s in sizes if s > n]
         if below and above:
@@ -127,20 +128,34 @@ class AdaptiveSchedule(DraftSchedule):
         return self.expected_tokens(k) / (cost + self.draft_per_token * k)
 
     def best_k(self) -> tuple[int, float | None]:
-        """The k with the highest predicted throughput, and that throughput (one pass over k)."""
-        costs = [self.verify_cost(n) for n in range(1, self.k_max + 2)]
+        """The k with the highest predicted throughput, and that throughput."""
+        best, best_rate, _ = self._plan_once()
+        return best, best_rate
+
+    def _plan_once(self) -> tuple[int, float | None, int]:
+        """One pass over k: (best k, its predicted throughput, best k >= 1 for probes)."""
+        costs = self._cost_table()
         rates = self.slot_rates()
-        best, best_rate = self.k_max, None
+        best, best_rate, probe, probe_rate = self.k_max, None, self.k_max, None
         expected, reach = 1.0, 1.0
-        for k, cost in enumerate(costs):
+        for k in range(self.k_max + 1):
             if k:
                 reach *= rates[k - 1]
                 expected += reach
-            if cost is not None:
-                rate = expected / (cost + self.draft_per_token * k)
-                if best_rate is None or rate > best_rate:
-                    best, best_rate = k, rate
-        return best, best_rate
+            if costs is None:
+                continue
+            rate = expected / (costs[k] + self.draft_per_token * k)
+            if best_rate is None or rate > best_rate:
+                best, best_rate = k, rate
+            if k and (probe_rate is None or rate > probe_rate):
+                probe, probe_rate = k, rate
+        return best, best_rate, probe
+
+    def _cost_table(self) -> list[float] | None:
+        """verify_cost(n) for n = 1 .. k_max + 1 in one go (None until two sizes are measured)."""
+        if len(self.verify_seconds) < 2:
+            return None
+        return [c if c is not None else 0.0 for c in (self.verify_cost(n) for n in range(1, self.k_max + 2))]
 
     # -- schedule ----------------------------------------------------------------------------
     def next_k(self) -> int:
@@ -151,9 +166,7 @@ class AdaptiveSchedule(DraftSchedule):
             return min(self.k_max, 3)
         if self._plan is None or self._since_plan >= self.replan_every:
             # Re-plan every few rounds, not every round: the estimates move slowly and a plan costs ~20 us.
-            self._plan, _ = self.best_k()
-            if self._plan == 0:
-                self._probe_k = max(range(1, self.k_max + 1), key=lambda k: self.throughput(k) or 0.0)
+            self._plan, _, self._probe_k = self._plan_once()
             self._since_plan = 0
         if self._plan > 0:
             self._probe_interval = self.base_probe_interval
@@ -169,6 +182,8 @@ class AdaptiveSchedule(DraftSchedule):
     def observe(self, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
         self._since_plan += 1
         n = drafted + 1
+        if n not in self.verify_seconds:
+            self._sizes = sorted([*self.verify_seconds, n])
         self._verify_count[n] = count = self._verify_count.get(n, 0) + 1
         old = self.verify_seconds.get(n, 0.0)
         self.verify_seconds[n] = old + self._weight(count) * (verify_seconds - old)
