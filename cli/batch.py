@@ -14,14 +14,14 @@ from rich.table import Table
 from specdec_gguf.batch import BatchRunner, StopFlag
 from specdec_gguf.config import load_batch_config
 
-from .common import handle_errors
+from .common import handle_errors, stdout_is_tty
 
 
 def summary_table(records: list[dict[str, Any]], run_names: list[str]) -> Table:
     """Per run: acceptance rate, tokens per pass, median tok/s, speed-up over the plain run if any."""
     table = Table(title="batch summary", header_style="bold")
     for col in ("run", "prompts", "acceptance rate", "tokens / target pass", "median tok/s", "speed-up"):
-        table.add_column(col, justify="left" if col == "run" else "right")
+        table.add_column(col, justify="left" if col == "run" else "right", no_wrap=True)
     by_run = {name: [r for r in records if r["run"] == name] for name in run_names}
     medians = {name: statistics.median([r["stats"]["generation_throughput"] for r in rs]) if rs else 0.0
                for name, rs in by_run.items()}
@@ -78,7 +78,7 @@ def batch(
     finally:
         runner.close()
     all_records = _read_all(cfg.output)
-    Console().print(summary_table(all_records, [r.name for r in cfg.runs]))
+    Console(width=None if stdout_is_tty() else 120).print(summary_table(all_records, [r.name for r in cfg.runs]))
     Console(highlight=False).print(f"results: {cfg.output} ({len(records)} new lines)", markup=False)
     if interrupted:
         console.print("stopped early: rerun with --resume to finish")

@@ -15,7 +15,7 @@ from specdec_gguf import SpecDecError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-err_console = Console(stderr=True, highlight=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

@@ -44,7 +44,7 @@ def demo(
     verbose: Annotated[bool, typer.Option("--verbose")] = False,
 ) -> None:
     """Generate the same input-grounded answer plainly and with adaptive prompt lookup; print the speed-up."""
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     path, label = demo_model(console)
     target = open_engine(EngineSettings(model=path, n_ctx=2048, n_threads=threads), verbose=verbose)
     try:
@@ -53,9 +53,9 @@ def demo(
         results = []
         for title, settings in (("plain decoding", DrafterSettings(kind="none")),
                                 ("speculative: adaptive prompt lookup",
-                                 DrafterSettings(kind="prompt-lookup", num_draft_tokens=8, adaptive=True))):
+                                 DrafterSettings(kind="prompt-lookup", num_draft_tokens=16, adaptive=True))):
             decoder = make_decoder(target, settings)
-            decoder.generate(prompt, 8)  # warm-up: caches, threads, schedule's first measurements
+            decoder.generate(prompt, 32)  # warm-up: caches, threads, the schedule's first measurements
             state = LiveState(title=f"{label} · {title}")
             console.rule(title)
             try:

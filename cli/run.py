@@ -157,5 +157,5 @@ def _report(state: LiveState, tokens: list[int], mode: str, json_out: bool, targ
     if mode == "plain" and state.stop_reason == "interrupted":
         print()
     for line in summary_lines(state.stats, state.stop_reason):
-        (err_console if mode == "plain" else Console()).print(line, highlight=False)
+        (err_console if mode == "plain" else Console()).print(line, highlight=False, soft_wrap=True)
 

@@ -23,8 +23,8 @@ def tiny(
 ) -> None:
     """Write a tiny random target and a draft that agrees with it on most tokens."""
     family = write_tiny_family(directory, seed=seed, gain=gain, dtype=dtype)
-    console = Console(highlight=False, markup=False)
+    console = Console(highlight=False, markup=False, soft_wrap=True)
     console.print(f"wrote {family.target} and {family.draft}")
     console.print("try next:")
     console.print(f"  specdec run -m {family.target} -md {family.draft} -p 'the model is' -n 64")
-    console.print("  specdec batch configs/tiny.toml   (run from the repository root after `specdec tiny tiny`)")
+    console.print("  specdec batch configs/tiny.toml     # in a checkout, after `specdec tiny tiny` there")
