@@ -37,6 +37,7 @@ class EngineSettings:
     use_mmap: bool = True
     flash_attn: str = "auto"
     rollback: str = "auto"
+    devices: list[str] | None = None  # ggml devices by name, e.g. ["CUDA0"] (see `specdec backends`)
     rpc_servers: list[str] | None = None  # llama.cpp RPC servers "host:port" (GGML_RPC builds)
     python: Path | None = None  # run the engine in this interpreter (another llama.cpp build)
 

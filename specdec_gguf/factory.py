@@ -15,7 +15,7 @@ def open_engine(settings: EngineSettings, *, verbose: bool = False) -> Speculati
                   tensor_split=settings.tensor_split, n_threads=settings.n_threads,
                   n_threads_batch=settings.n_threads_batch, use_mmap=settings.use_mmap,
                   flash_attn=settings.flash_attn, rollback=settings.rollback,
-                  rpc_servers=tuple(settings.rpc_servers or ()), verbose=verbose)
+                  rpc_servers=tuple(settings.rpc_servers or ()), devices=settings.devices, verbose=verbose)
     if settings.python is not None:
         from .engines.process import ProcessEngine
 

@@ -231,3 +231,17 @@ def test_shipped_tiny_config_runs(tmp_path, monkeypatch):
     result = invoke("batch", "configs/tiny.toml")
     assert result.exit_code == 0, result.output
     assert len(read_lines(tmp_path / "tiny" / "tiny.results.jsonl")) == 10
+
+
+def test_backends_reports_this_and_other_interpreters(tmp_path):
+    import sys
+
+    result = invoke("backends", "--json", "--python", sys.executable)
+    assert result.exit_code == 0, result.output
+    reports = json.loads(result.stdout)
+    assert len(reports) == 2
+    assert reports[0]["llama_cpp_python"] == reports[1]["llama_cpp_python"]
+    assert any(d["name"] == "CPU" for d in reports[0]["devices"])
+    missing = invoke("backends", "--python", tmp_path / "no-python")
+    assert missing.exit_code == 1
+    assert "cannot run interpreter" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1

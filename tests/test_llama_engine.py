@@ -129,3 +129,22 @@ def test_forward_last_asks_one_row_and_matches_full_pass(tiny_engines):
     assert target.n_past == len(prompt)
     target.reset(0)
     assert target.forward_last_argmax(prompt) == int(full.argmax())
+
+
+def test_devices_by_name(tiny_family):
+    from specdec_gguf import EngineError
+
+    with LlamaCppEngine(tiny_family.target, n_ctx=64, devices=["CPU"]) as engine:
+        assert engine.forward_argmax([1, 2]).shape == (2,)
+    with pytest.raises(EngineError, match=r"device 'NOPE0' is not in this build \(devices: .*CPU"):
+        LlamaCppEngine(tiny_family.target, n_ctx=64, devices=["NOPE0"])
+
+
+def test_rpc_needs_an_rpc_build(tiny_family):
+    from specdec_gguf import EngineError
+    from specdec_gguf.engines.llama_cpp import backend_report
+
+    if backend_report()["rpc"]:
+        pytest.skip("this build has RPC; the refusal path is for builds without it")
+    with pytest.raises(EngineError, match="no RPC backend; rebuild it with"):
+        LlamaCppEngine(tiny_family.target, n_ctx=64, rpc_servers=["127.0.0.1:50052"])

@@ -57,7 +57,8 @@ class LlamaCppEngine(SpeculativeEngine):
     """A GGUF model with one sequence's KV cache.
 
     Placement and threading are per engine, so a CPU draft can sit beside a GPU
-    target; ``rpc_servers`` (``host:port``, a GGML_RPC build) puts layers on llama.cpp RPC
+    target; ``devices`` names the ggml devices to use (``specdec backends`` lists them, e.g.
+    ``["CUDA0"]``); ``rpc_servers`` (``host:port``, a GGML_RPC build) puts layers on llama.cpp RPC
     servers on other machines. ``rollback`` chooses how rejected tokens leave the cache: ``"seq_rm"``
     cuts the memory (attention models), ``"checkpoint"`` saves the sequence state
     before each forward and restores + re-advances (recurrent/hybrid models);
@@ -71,7 +72,8 @@ class LlamaCppEngine(SpeculativeEngine):
                  split_mode: str = "layer", tensor_split: Sequence[float] | None = None,
                  n_threads: int | None = None, n_threads_batch: int | None = None,
                  use_mmap: bool = True, flash_attn: str = "auto", rollback: RollbackMode = "auto",
-                 rpc_servers: Sequence[str] = (), verbose: bool = False, validate: bool = True) -> None:
+                 rpc_servers: Sequence[str] = (), devices: Sequence[str] | None = None,
+                 verbose: bool = False, validate: bool = True) -> None:
         self.model_path = Path(model_path)
         self._model = self._ctx = None
         self._batch: lc.llama_batch | None = None
@@ -93,6 +95,9 @@ class LlamaCppEngine(SpeculativeEngine):
         mparams.main_gpu = main_gpu
         mparams.split_mode = _SPLIT_MODES[split_mode]
         mparams.use_mmap = use_mmap
+        if devices:
+            self._devices = _device_list(devices)  # kept alive: llama.cpp reads it during the load
+            mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
         if tensor_split:
             self._tensor_split = (ctypes.c_float * len(tensor_split))(*tensor_split)  # kept alive
             mparams.tensor_split = self._tensor_split
@@ -468,6 +473,23 @@ def backend_report() -> dict:
         "mmap": bool(lc.llama_supports_mmap()),
         "devices": devices,
     }
+
+
+def _device_list(names: Sequence[str]) -> ctypes.Array:
+    """A NULL-terminated array of ggml device handles for ``llama_model_params.devices``."""
+    lib = _ggml_lib()
+    if lib is None:
+        raise EngineError("cannot open this build's ggml library to select devices")
+    lib.ggml_backend_dev_by_name.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_by_name.argtypes = [ctypes.c_char_p]
+    handles = []
+    for name in names:
+        handle = lib.ggml_backend_dev_by_name(name.encode())
+        if not handle:
+            known = ", ".join(d["name"] for d in backend_report()["devices"])
+            raise EngineError(f"device {name!r} is not in this build (devices: {known})")
+        handles.append(handle)
+    return (ctypes.c_void_p * (len(handles) + 1))(*handles, None)
 
 
 def add_rpc_servers(servers: Sequence[str]) -> None:
