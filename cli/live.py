@@ -50,16 +50,28 @@ def _bar(share: float, width: int = BAR_WIDTH) -> str:
     return "█" * filled + "░" * (width - filled)
 
 
-def render_text(state: LiveState, max_chars: int = MAX_SHOWN_CHARS) -> Text:
-    text = Text()
-    budget = max_chars
+def render_text(state: LiveState, max_chars: int = MAX_SHOWN_CHARS, max_lines: int | None = None) -> Text:
+    """The tail of the generated text (at most ``max_chars`` and ``max_lines``), coloured by origin."""
+    budget_chars = max_chars
+    budget_lines = max_lines if max_lines is not None else 1 << 30
     shown: list[tuple[str, str]] = []
+    cut = False
     for chunk, origin in reversed(state.segments):
-        if budget <= 0:
+        if budget_chars <= 0 or budget_lines <= 0:
+            cut = True
             break
-        shown.append((chunk[-budget:], origin))
-        budget -= len(chunk)
-    if budget <= 0:
+        piece = chunk[-budget_chars:]
+        lines = piece.split("\n")
+        if len(lines) - 1 >= budget_lines:
+            piece = "\n".join(lines[-budget_lines:])
+            cut = True
+        budget_chars -= len(chunk)
+        budget_lines -= piece.count("\n")
+        shown.append((piece, origin))
+        if cut:
+            break
+    text = Text()
+    if cut or budget_chars < 0:
         text.append("… ", style="dim")
     for chunk, origin in reversed(shown):
         text.append(chunk, style=ORIGIN_STYLES.get(origin, ""))
@@ -83,12 +95,23 @@ def render_stats(stats: SpecStats) -> Table:
                                            f"{_bar(stats.draft_seconds / busy, 12)} draft share")
     table.add_row("prefill", f"{stats.prompt_tokens} tokens in {stats.prefill_seconds:.2f} s")
     if drafting:
-        for i, rate in enumerate(stats.per_position_acceptance):
-            table.add_row(f"  slot {i + 1} accepted", f"{_bar(rate)} {rate:5.1%}  (n={stats.per_position_drafted[i]})")
-        rounds = max(sum(stats.accepted_length_histogram), 1)
-        for m, count in enumerate(stats.accepted_length_histogram):
-            table.add_row(f"  {m} accepted", f"{_bar(count / rounds)} {count}")
+        rates = stats.per_position_acceptance
+        table.add_row("acceptance by slot", f"{_spark(rates, 1.0)}  slot 1: {rates[0]:.0%} … "
+                                            f"slot {len(rates)}: {rates[-1]:.0%}")
+        hist = stats.accepted_length_histogram
+        top = max(hist) or 1
+        mode = hist.index(top)
+        table.add_row("accepted per round", f"{_spark(hist, top)}  0 … {len(hist) - 1}; "
+                                            f"most often {mode} ({top} of {sum(hist)} rounds)")
     return table
+
+
+_SPARKS = " ▁▂▃▄▅▆▇█"
+
+
+def _spark(values: list[float] | list[int], top: float) -> str:
+    """One character per value, its height the value's share of ``top``."""
+    return "".join(_SPARKS[round(max(0.0, min(1.0, v / top)) * (len(_SPARKS) - 1))] for v in values)
 
 
 def legend() -> Text:
@@ -99,11 +122,11 @@ def legend() -> Text:
     return text
 
 
-def render(state: LiveState, max_chars: int = MAX_SHOWN_CHARS) -> RenderableType:
-    """The whole live view for ``state``, showing at most the last ``max_chars`` of text."""
+def render(state: LiveState, max_chars: int = MAX_SHOWN_CHARS, max_lines: int | None = None) -> RenderableType:
+    """The whole live view for ``state``, showing the tail of the text (``max_chars``, ``max_lines``)."""
     subtitle = f"stopped: {state.stop_reason}" if state.stop_reason else "generating…"
     return Group(
-        Panel(render_text(state, max_chars), title=state.title, subtitle=subtitle, border_style="blue"),
+        Panel(render_text(state, max_chars, max_lines), title=state.title, subtitle=subtitle, border_style="blue"),
         Panel(render_stats(state.stats), title="speculation", border_style="magenta"),
         legend(),
     )

@@ -53,15 +53,20 @@ def generate_into(state: LiveState, decoder: SpeculativeDecoder, target, prompt_
             sys.stdout.write(tail + "\n")
             sys.stdout.flush()
 
-    try:
-        if mode == "live":
-            max_chars = max(200, (console.size.height - 22) * max(console.size.width - 4, 20))
-            with Live(get_renderable=lambda: render(state, max_chars), console=console,
-                      refresh_per_second=4, transient=False):
-                consume()
-        else:
+    def consume_or_stop() -> None:
+        try:
             consume()
-    except KeyboardInterrupt:
-        state.stop_reason = "interrupted"
-        raise Interrupted(state, tokens) from None
+        except KeyboardInterrupt:
+            state.stop_reason = "interrupted"  # set before the live view draws its last frame
+            raise Interrupted(state, tokens) from None
+
+    if mode == "live":
+        # Leave room for the stats panel (about 14 lines) below the text.
+        max_lines = max(3, console.size.height - 16)
+        max_chars = max_lines * max(console.size.width - 4, 20)
+        with Live(get_renderable=lambda: render(state, max_chars, max_lines), console=console,
+                  refresh_per_second=4, transient=False):
+            consume_or_stop()
+    else:
+        consume_or_stop()
     return tokens

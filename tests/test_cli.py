@@ -78,6 +78,8 @@ def test_run_sampling_seed_reproducible(tiny_family):
     (["-p", "x"], "no target model"),
     (["-m", "{target}", "-p", "x", "--temp", "-1"], r"temperature=-1\.0 must be a finite number >= 0"),
     (["-m", "{target}", "-p", "x", "--top-p", "1.5"], r"top_p=1\.5 must lie in \(0, 1\]"),
+    (["-m", "{target}", "-p", "x", "--min-p", "1.0"], r"min_p=1\.0 must lie in \[0, 1\)"),
+    (["-m", "{target}", "-p", "x", "--top-k", "-2"], r"top_k=-2 must be an integer >= 0"),
     (["-m", "{target}", "-p", "x", "-k", "0", "--prompt-lookup"], r"num_draft_tokens=0"),
     (["-m", "{target}", "-p", "x", "-n", "0"], r"--max-tokens 0 must be >= 1"),
     (["-m", "{target}", "-p", "x " * 600, "-c", "256"], r"prompt has \d+ tokens but n_ctx=256"),

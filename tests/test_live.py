@@ -33,9 +33,16 @@ def test_render_shows_text_and_every_figure():
     text = recorded(sample_state()).export_text()
     assert "Hello world! Bye now" in text
     for label in ("acceptance rate", "62.5%", "5/8 drafted", "mean accepted length", "tokens per target pass",
-                  "3.50", "generation throughput", "14.0 tok/s", "draft / verify time", "slot 1 accepted",
-                  "slot 4 accepted", "1 accepted", "4 accepted", "prefill"):
+                  "3.50", "generation throughput", "14.0 tok/s", "draft / verify time", "acceptance by slot",
+                  "slot 1: 100%", "slot 4: 50%", "accepted per round", "0 … 4", "prefill"):
         assert label in text, label
+
+
+def test_sparklines_scale_with_values():
+    from specdec_cli.live import _spark
+
+    assert _spark([0.0, 0.5, 1.0], 1.0) == " ▄█"
+    assert _spark([0, 3, 6], 6) == " ▄█"
 
 
 def test_render_colours_tokens_by_origin():
@@ -52,6 +59,13 @@ def test_render_shows_tail_of_long_text():
     text = recorded(state, max_chars=300).export_text()
     assert "THE END" in text and "…" in text
     assert text.count("A") < 400
+
+
+def test_render_keeps_last_lines_only():
+    state = LiveState(title="t")
+    state.add("".join(f"line {i}\n" for i in range(100)), "target")
+    text = recorded(state, max_lines=5).export_text()
+    assert "line 99" in text and "line 96" in text and "line 94" not in text  # 4 lines + the open one
 
 
 def test_plain_decoding_view_hides_draft_rows():

@@ -148,3 +148,16 @@ def test_rpc_needs_an_rpc_build(tiny_family):
         pytest.skip("this build has RPC; the refusal path is for builds without it")
     with pytest.raises(EngineError, match="no RPC backend; rebuild it with"):
         LlamaCppEngine(tiny_family.target, n_ctx=64, rpc_servers=["127.0.0.1:50052"])
+
+
+@pytest.mark.parametrize("kind", ["draft-model", "prompt-lookup"])
+def test_generation_reaching_n_ctx_stops_cleanly(tiny_family, kind):
+    with LlamaCppEngine(tiny_family.target, n_ctx=256) as target, \
+            LlamaCppEngine(tiny_family.draft, n_ctx=256) as draft:
+        prompt = target.tokenize(PROMPT_TEXT)
+        drafter = AutoregressiveDrafter(draft) if kind == "draft-model" else PromptLookupDrafter()
+        result = SpeculativeDecoder(target, drafter, num_draft_tokens=8).generate(prompt, 10_000, ignore_eog=True)
+        assert result.stop_reason == "context"
+        assert len(prompt) + len(result.tokens) == target.n_ctx
+        plain = SpeculativeDecoder(target).generate(prompt, 10_000, ignore_eog=True)
+        assert plain.stop_reason == "context" and len(plain.tokens) == len(result.tokens)
