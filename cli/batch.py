@@ -55,7 +55,7 @@ def batch(
 
         cfg = replace(cfg, output=output)
     console = Console(stderr=True)
-    if not resume and cfg.output.exists() and cfg.output.stat().st_size > 0:
+    if not resume and cfg.output.is_file() and cfg.output.stat().st_size > 0:
         from specdec_gguf import ConfigError
 
         raise ConfigError(f"{cfg.output}: results file exists; pass --resume to continue it, "

@@ -96,6 +96,8 @@ class BatchRunner:
     (run A, run B, run A, ...) so runs see the same machine conditions."""
 
     def __init__(self, config: BatchConfig, *, verbose: bool = False) -> None:
+        if config.output.is_dir():
+            raise SpecDecError(f"{config.output}: is a directory; give a file path for the results")
         self.config = config
         self.results = ResultsFile(config.output)
         self.target = open_engine(config.target, verbose=verbose)
@@ -116,6 +118,7 @@ class BatchRunner:
     def save_config(self) -> Path:
         """Write the resolved config beside the results (``<output>.config.json``)."""
         path = self.config.output.with_name(self.config.output.name + ".config.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.config.resolved(), indent=2) + "\n", encoding="utf-8")
         return path
 

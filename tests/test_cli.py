@@ -247,3 +247,23 @@ def test_backends_reports_this_and_other_interpreters(tmp_path):
     missing = invoke("backends", "--python", tmp_path / "no-python")
     assert missing.exit_code == 1
     assert "cannot run interpreter" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_batch_output_errors_are_one_line(tiny_family, tmp_path):
+    config = write_config(tmp_path, tiny_family)
+    (tmp_path / "adir").mkdir()
+    result = invoke("batch", config, "-o", tmp_path / "adir")
+    assert result.exit_code == 1
+    assert "is a directory" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    nested = tmp_path / "new" / "deeper" / "out.jsonl"
+    assert invoke("batch", config, "-o", nested).exit_code == 0
+    assert len(read_lines(nested)) == 6
+
+
+def test_run_with_target_in_child_interpreter(tiny_family):
+    import sys
+
+    local = run_json(tiny_family, "-md", tiny_family.draft)
+    remote = run_json(tiny_family, "-md", tiny_family.draft, "--target-python", sys.executable)
+    assert remote["tokens"] == local["tokens"]
+    assert remote["settings"]["target"]["python"] == sys.executable
