@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from typing import Protocol, runtime_checkable
 
 from .engine import ConfigError
@@ -48,8 +50,9 @@ class AdaptiveSchedule(DraftSchedule):
     Cost model (Leviathan et al. 2023, with measured curves instead of constants):
     a round drafting k tokens costs ``draft_per_token * k + verify(k + 1)`` and yields
     ``E(k) = 1 + sum_{j<=k} prod_{i<=j} a_i`` tokens, where ``a_i`` is the measured
-    chance that slot i is accepted given the slots before it were. ``verify(n)`` is an
-    average per batch size, interpolated linearly between measured sizes. When k = 0
+    chance that slot i is accepted given the slots before it were (a moving average).
+    ``verify(n)`` and ``draft_per_token`` are medians of the last 15 measurements,
+    interpolated linearly between measured batch sizes. When k = 0
     wins (drafting doesn't pay), a probe round drafts again now and then, with the
     interval doubling while probes keep losing; when drafting wins, a plain round now
     and then keeps the baseline cost current. The state persists across generations
@@ -57,7 +60,7 @@ class AdaptiveSchedule(DraftSchedule):
     """
 
     def __init__(self, k_max: int, *, smoothing: float = 0.15, probe_interval: int = 8,
-                 max_probe_interval: int = 128) -> None:
+                 max_probe_interval: int = 512) -> None:
         if not isinstance(k_max, int) or k_max < 1:
             raise ConfigError(f"num_draft_tokens={k_max!r} must be an integer >= 1")
         self.k_max = k_max
@@ -67,10 +70,11 @@ class AdaptiveSchedule(DraftSchedule):
         self.accept_rate = [0.6] * k_max  # prior a_i, replaced by the first observation
         self.verify_seconds: dict[int, float] = {}  # batch size n -> mean seconds
         self.draft_per_token = 0.0
-        self._verify_count: dict[int, int] = {}
+        self.window = 15
+        self._verify_window: dict[int, deque[float]] = {}
+        self._draft_window: deque[float] = deque(maxlen=self.window)
         self._sizes: list[int] = []  # sorted keys of verify_seconds
         self._slot_count = [0] * k_max
-        self._draft_rounds = 0
         self._rounds_since_draft = 0
         self._probe_interval = probe_interval
         self.replan_every = 8
@@ -81,7 +85,7 @@ class AdaptiveSchedule(DraftSchedule):
         self._since_plan = 0
 
     def start(self) -> None:
-        self._rounds_since_draft = 0
+        return None  # what was learned, and the probe timer, carry over to the next generation
 
     # -- model ---------------------------------------------------------------------------
     def expected_tokens(self, k: int) -> float:
@@ -184,18 +188,20 @@ class AdaptiveSchedule(DraftSchedule):
         n = drafted + 1
         if n not in self.verify_seconds:
             self._sizes = sorted([*self.verify_seconds, n])
-        self._verify_count[n] = count = self._verify_count.get(n, 0) + 1
-        old = self.verify_seconds.get(n, 0.0)
-        self.verify_seconds[n] = old + self._weight(count) * (verify_seconds - old)
+            self._verify_window[n] = deque(maxlen=self.window)
+        # A median over recent passes: timing noise (a descheduled thread) is one-sided and
+        # bursty, and one slow sample must not make a size look expensive for long.
+        window = self._verify_window[n]
+        window.append(verify_seconds)
+        self.verify_seconds[n] = statistics.median(window)
         if drafted == 0:
             self._rounds_since_draft += 1
             self._rounds_since_plain = 0
             return
         self._rounds_since_plain += 1
         self._rounds_since_draft = 0
-        self._draft_rounds += 1
-        per_token = draft_seconds / drafted
-        self.draft_per_token += self._weight(self._draft_rounds) * (per_token - self.draft_per_token)
+        self._draft_window.append(draft_seconds / drafted)
+        self.draft_per_token = statistics.median(self._draft_window)
         # Slots 1..accepted were accepted; slot accepted+1 (if drafted) was the first rejection.
         for i in range(min(accepted + 1, drafted)):
             self._slot_count[i] += 1
