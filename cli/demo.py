@@ -55,7 +55,7 @@ def demo(
                                 ("speculative: adaptive prompt lookup",
                                  DrafterSettings(kind="prompt-lookup", num_draft_tokens=16, adaptive=True))):
             decoder = make_decoder(target, settings)
-            decoder.generate(prompt, 32)  # warm-up: caches, threads, the schedule's first measurements
+            decoder.generate(prompt, 128)  # warm-up: caches, threads, and the schedule learns the costs
             state = LiveState(title=f"{label} · {title}")
             console.rule(title)
             try:
