@@ -267,3 +267,34 @@ def test_run_with_target_in_child_interpreter(tiny_family):
     remote = run_json(tiny_family, "-md", tiny_family.draft, "--target-python", sys.executable)
     assert remote["tokens"] == local["tokens"]
     assert remote["settings"]["target"]["python"] == sys.executable
+
+
+def test_run_with_config_and_flag_overrides(tiny_family, tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text(f"""
+[target]
+model = "{tiny_family.target}"
+n_ctx = 512
+
+[draft]
+model = "{tiny_family.draft}"
+
+[drafter]
+kind = "draft-model"
+num_draft_tokens = 3
+adaptive = false
+
+[sampling]
+temperature = 0.7
+seed = 11
+""")
+    result = invoke("run", "--config", config, "-p", PROMPT, "-n", "20", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["settings"]["drafter"] == {**out["settings"]["drafter"], "kind": "draft-model",
+                                          "num_draft_tokens": 3, "adaptive": False}
+    assert out["settings"]["sampling"]["temperature"] == 0.7 and out["settings"]["sampling"]["seed"] == 11
+    assert out["settings"]["target"]["n_ctx"] == 512
+    override = invoke("run", "--config", config, "-p", PROMPT, "-n", "20", "--json", "--temp", "0", "-k", "5")
+    settings = json.loads(override.stdout)["settings"]
+    assert settings["sampling"]["temperature"] == 0.0 and settings["drafter"]["num_draft_tokens"] == 5

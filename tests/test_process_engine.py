@@ -141,3 +141,26 @@ def test_close_stops_the_child(tiny_family):
     assert not alive(pid)
     with pytest.raises(EngineError, match="closed"):
         engine.forward_argmax([1])
+
+
+def test_child_exits_when_parent_is_killed(tiny_family, tmp_path):
+    """The child reads its stdin: a parent that dies without closing it still leaves no process."""
+    import subprocess
+
+    script = tmp_path / "parent.py"
+    script.write_text(f"""
+import sys, time
+from specdec_gguf.engines import ProcessEngine
+engine = ProcessEngine({str(tiny_family.target)!r}, python=sys.executable, n_ctx=64)
+print(engine.pid, flush=True)
+time.sleep(60)
+""")
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    child_pid = int(parent.stdout.readline())
+    assert alive(child_pid)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while alive(child_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(child_pid)
