@@ -34,8 +34,10 @@ def test_greedy_speculative_equals_target_greedy(vocab, seed, noise, k, use_mode
         assert target.n_past == len(prompt) + len(out) - 1
         assert list(target.tokens) == (prompt + out)[:-1]
         if use_model:
-            assert draft_engine.n_past <= len(prompt) + len(out) - 1
-            assert list(draft_engine.tokens) == (prompt + out)[: draft_engine.n_past]
+            view = list(drafter.cache_view)
+            assert view == (prompt + out)[len(prompt) + len(out) - len(view):]
+            assert list(draft_engine.tokens) == view[: draft_engine.n_past]
+            assert draft_engine.n_past <= len(view) - 1
     assert out == plain_greedy(target, prompt, max_new)
 
 
@@ -89,3 +91,31 @@ def test_decoders_sharing_a_target_never_reuse_a_stale_prefix(target, draft):
     b.generate([5, 6, 7, 8], 10)  # same length: a length check alone would be fooled
     assert a.generate([1, 2, 3, 9], 10).tokens == plain_greedy(target, [1, 2, 3, 9], 10)
     assert b.generate([5, 6, 7, 8, 1], 10).tokens == plain_greedy(target, [5, 6, 7, 8, 1], 10)
+
+
+class ScriptedSchedule:
+    """Drafts according to a fixed list of k values, then plain steps."""
+
+    def __init__(self, ks):
+        self.ks = list(ks)
+
+    def start(self):
+        pass
+
+    def next_k(self):
+        return self.ks.pop(0) if self.ks else 0
+
+    def observe(self, drafted, accepted, draft_seconds, verify_seconds):
+        pass
+
+
+def test_draft_restarts_on_recent_window_after_long_plain_stretch(target):
+    draft = target.perturbed(0.0, seed=0)  # agrees with the target: every draft is accepted
+    drafter = AutoregressiveDrafter(draft, max_catch_up=4)
+    decoder = SpeculativeDecoder(target, drafter, schedule=ScriptedSchedule([2] + [0] * 20 + [3, 3]))
+    result = decoder.generate([1, 2, 3], 40)
+    assert result.tokens == plain_greedy(target, [1, 2, 3], 40)
+    # the draft did not process the 20 skipped tokens: its cache follows a short recent window
+    assert len(drafter.cache_view) < len(drafter.context) - 15
+    assert list(draft.tokens) == list(drafter.cache_view[: draft.n_past])
+    assert result.stats.accepted_length_histogram[3] >= 1  # drafting from the window still works

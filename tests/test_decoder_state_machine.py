@@ -73,8 +73,8 @@ class DecoderMachine(RuleBasedStateMachine):
             assert list(self.target.tokens) == clean[: self.target.n_past]
             drafter = self.decoder.drafter
             if isinstance(drafter, AutoregressiveDrafter):
-                assert list(self.draft.tokens) == list(drafter.context[: self.draft.n_past])
-                assert self.draft.n_past <= max(len(drafter.context) - 1, 0)
+                assert list(self.draft.tokens) == list(drafter.cache_view[: self.draft.n_past])
+                assert self.draft.n_past <= max(len(drafter.cache_view) - 1, 0)
         else:
             assert result.tokens == reference(self.target, prompt, 30, set())
         finally:

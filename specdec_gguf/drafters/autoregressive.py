@@ -38,21 +38,37 @@ class AutoregressiveDrafter(DrafterEngine):
     catches up on the correction/bonus token in the same pass as the anchor.
     ``p_min`` > 0 stops a greedy draft early when the draft's own top probability
     (softmax at temperature 1) falls below it.
+
+    After a long run of plain steps (adaptive decoding found drafting doesn't pay), the
+    draft would have to process every skipped token before it could propose again.
+    When more than ``max_catch_up`` tokens are waiting, the drafter instead restarts its
+    cache on the last ``max_catch_up`` tokens of the context: a shorter view for the draft,
+    a bounded cost for the probe. Output is unaffected (the target verifies everything).
     """
 
     name = "draft-model"
 
-    def __init__(self, engine: SpeculativeEngine, *, p_min: float = 0.0) -> None:
+    def __init__(self, engine: SpeculativeEngine, *, p_min: float = 0.0,
+                 max_catch_up: int | None = 128) -> None:
         if not 0.0 <= p_min < 1.0:
             raise ConfigError(f"p_min={p_min!r} must lie in [0, 1)")
+        if max_catch_up is not None and max_catch_up < 1:
+            raise ConfigError(f"max_catch_up={max_catch_up!r} must be >= 1 or None")
         self.engine = engine
         self.p_min = p_min
+        self.max_catch_up = max_catch_up
         self._context: list[int] = []
+        self._window_start = 0  # context index held at the draft cache's position 0
 
     @property
     def context(self) -> tuple[int, ...]:
-        """The committed context the drafter follows (its cache holds a prefix of it)."""
+        """The committed context the drafter follows."""
         return tuple(self._context)
+
+    @property
+    def cache_view(self) -> tuple[int, ...]:
+        """The part of the context the draft's cache follows (its cache holds a prefix of it)."""
+        return tuple(self._context[self._window_start:])
 
     def check_target(self, target: SpeculativeEngine) -> None:
         """Raise VocabMismatchError unless the draft's token ids mean the same text to ``target``."""
@@ -68,17 +84,24 @@ class AutoregressiveDrafter(DrafterEngine):
         keep = reusable_prefix(engine, prefix)
         engine.reset(keep)
         self._context = list(prompt_tokens)  # the cache is a prefix of it even if the prefill fails
+        self._window_start = 0
         if len(prefix) > keep:
             engine.advance(prefix[keep:])
 
     def propose(self, max_tokens: int, policy: VerificationPolicy,
                 rng: np.random.Generator) -> DraftProposal:
         engine, ctx = self.engine, self._context
-        # After k steps the cache holds len(ctx) - 1 + k tokens.
-        max_tokens = min(max_tokens, engine.n_ctx - len(ctx) + 1)
+        waiting = len(ctx) - self._window_start - engine.n_past
+        if self.max_catch_up is not None and waiting > self.max_catch_up:
+            engine.reset(0)  # restart the draft's view on the recent context (see class docs)
+            self._window_start = len(ctx) - self.max_catch_up
+        view = len(ctx) - self._window_start
+        # After k steps the cache holds view - 1 + k tokens.
+        max_tokens = min(max_tokens, engine.n_ctx - view + 1)
         if max_tokens <= 0:
             return DraftProposal()
-        feed = ctx[engine.n_past:]  # the anchor, after a round also the last correction/bonus token
+        # The anchor; after a round also the correction/bonus token; after plain steps all skipped.
+        feed = ctx[self._window_start + engine.n_past:]
         want_rows = not policy.greedy or self.p_min > 0.0
         tokens: list[int] = []
         rows: list[np.ndarray] = []
@@ -102,13 +125,13 @@ class AutoregressiveDrafter(DrafterEngine):
         return DraftProposal(tokens=tuple(tokens), draft_probs=np.stack(rows) if rows else None)
 
     def accept(self, n_accepted: int, committed: Sequence[int]) -> None:
-        kept = len(self._context) + min(n_accepted, len(committed))
+        kept = len(self._context) - self._window_start + min(n_accepted, len(committed))
         if self.engine.n_past > kept:
             self.engine.reset(kept)
-        self._context.extend(int(t) for t in committed)
+        self._context.extend(committed)
 
     def rollback(self) -> None:
-        limit = max(len(self._context) - 1, 0)
+        limit = max(len(self._context) - self._window_start - 1, 0)
         if self.engine.n_past > limit:
             self.engine.reset(limit)
 
