@@ -119,6 +119,8 @@ class SpeculativeDecoder:
                 room = min(target.n_ctx - len(context), max_new_tokens - (len(context) - len(prompt))) - 1
                 k = min(schedule.next_k(), room) if drafter is not None else 0
                 proposal = drafter.propose(k, policy, rng) if k > 0 else _NO_PROPOSAL
+                if proposal.parents is not None and not proposal.is_linear:
+                    raise SpecDecError("the drafter proposed a tree; this decoder verifies linear proposals only")
                 t_verify = perf_counter()
                 out = target.forward_proposal(context[-1], proposal, greedy=policy.greedy)
                 if policy.greedy:

@@ -55,10 +55,6 @@ class DraftProposal:
         """True when each token's parent is the token before it (a chain, not a tree)."""
         return self.parents is None or all(p == i - 1 for i, p in enumerate(self.parents))
 
-    @property
-    def has_full_draft_probs(self) -> bool:
-        return self.draft_probs is not None and self.draft_probs.ndim == 2
-
 
 @dataclass(frozen=True)
 class VerificationPolicy:

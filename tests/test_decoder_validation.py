@@ -87,3 +87,28 @@ def test_engine_fault_mid_round_leaves_engines_consistent_and_retry_works(target
                 assert out == expected  # the fault index lay beyond this run's calls
             engine.fail_at_call = None
             assert decoder.generate([1, 2], 30).tokens == expected
+
+
+def test_tree_proposal_is_refused_not_verified_as_a_chain(target):
+    from specdec_gguf import DraftProposal, SpecDecError
+
+    class TreeDrafter:
+        name = "tree"
+
+        def start(self, prompt_tokens):
+            pass
+
+        def propose(self, max_tokens, policy, rng):
+            return DraftProposal(tokens=(1, 2, 3), parents=(-1, -1, 0))  # two siblings: a tree
+
+        def accept(self, n_accepted, committed):
+            pass
+
+        def rollback(self):
+            pass
+
+    decoder = SpeculativeDecoder(target, TreeDrafter(), num_draft_tokens=3)
+    with pytest.raises(SpecDecError, match="tree"):
+        decoder.generate([1, 2], 5)
+    assert target.n_past <= 1  # rolled back to the committed context
+    assert DraftProposal(tokens=(1, 2), parents=(-1, 0)).is_linear
