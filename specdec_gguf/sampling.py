@@ -52,59 +52,109 @@ class SamplingParams:
         return np.random.default_rng(self.seed)
 
 
-def _top_p_keep(scaled: np.ndarray, top_p: float) -> np.ndarray:
-    """Indices of the smallest set of tokens whose probability mass reaches ``top_p``.
+def _softmax(values: np.ndarray) -> np.ndarray:
+    """Softmax in place over a float32 vector (the caller owns ``values``)."""
+    values -= values.max()
+    np.exp(values, out=values)
+    values /= values.sum()
+    return values
 
-    Partial sorts: look at the best 64 candidates, then 512, ..., not the whole vocabulary.
+
+def _top_indices(values: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest values (unordered), without partitioning the whole vocabulary.
+
+    A threshold from a strided sample of the vector keeps only a few candidates; if fewer
+    than k pass it, fall back to a full partial sort. Either way the result is exact.
     """
-    finite = np.flatnonzero(np.isfinite(scaled))
-    values = scaled[finite]
-    probs = np.exp(values - values.max())
-    probs /= probs.sum()
-    m = 64
+    n = len(values)
+    if n > 16384 and k < n // 64:
+        sample = values[:: n // 4096]
+        rank = min(len(sample) - 1, 4 * k * len(sample) // n + 8)  # a safe margin below the k-th
+        threshold = np.partition(sample, len(sample) - 1 - rank)[len(sample) - 1 - rank]
+        candidates = np.flatnonzero(values >= threshold)
+        if len(candidates) >= k:
+            best = np.argpartition(values[candidates], len(candidates) - k)[len(candidates) - k:]
+            return candidates[best]
+    return np.argpartition(values, n - k)[n - k:]
+
+
+def _top_p_cut(probs: np.ndarray, top_p: float) -> np.ndarray:
+    """Positions in ``probs`` of the smallest set whose mass reaches ``top_p``, best first.
+
+    Sorts only the tokens above a probability threshold, lowering it until they hold
+    enough mass, instead of sorting the whole vocabulary.
+    """
+    threshold = float(probs.max()) * 1e-3
     while True:
-        m = min(m, len(probs))
-        top = np.argpartition(-probs, m - 1)[:m] if m < len(probs) else np.arange(len(probs))
-        top = top[np.argsort(-probs[top], kind="stable")]
-        cum = np.cumsum(probs[top])
-        if cum[-1] >= top_p or m == len(probs):
-            cut = int(np.searchsorted(cum, top_p, side="left")) + 1
-            return finite[top[: min(cut, m)]]
-        m *= 8
+        candidates = np.flatnonzero(probs >= threshold)
+        if probs[candidates].sum(dtype=np.float64) >= top_p or threshold < 1e-30 \
+                or len(candidates) == len(probs):
+            order = candidates[np.argsort(-probs[candidates], kind="stable")]
+            cum = np.cumsum(probs[order], dtype=np.float64)
+            return order[: min(int(np.searchsorted(cum, top_p, side="left")) + 1, len(order))]
+        threshold *= 1e-2
 
 
 def probs_from_logits(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """One logits row ``[V]`` -> a probability vector ``[V]`` (float64) under ``params``.
+    """One logits row ``[V]`` -> a probability vector ``[V]`` (float32) under ``params``.
 
-    Greedy params give the one-hot vector of the argmax.
+    Greedy params give the one-hot vector of the argmax. Filters work on the candidate
+    set only (top-k by a partial sort), and the softmax runs in float32 over what is left.
     """
     n_vocab = logits.shape[-1]
     if params.greedy:
-        out = np.zeros(n_vocab, dtype=np.float64)
+        out = np.zeros(n_vocab, dtype=np.float32)
         out[int(np.argmax(logits))] = 1.0
         return out
-    scaled = logits.astype(np.float64) / params.temperature  # [V]
+    scaled = np.multiply(logits, np.float32(1.0 / params.temperature), dtype=np.float32)  # [V], a copy
+    ids: np.ndarray | None = None  # candidate token ids; None = the whole vocabulary
     if 0 < params.top_k < n_vocab:
-        keep = np.argpartition(-scaled, params.top_k - 1)[: params.top_k]
-        masked = np.full(n_vocab, -np.inf)
-        masked[keep] = scaled[keep]
-        scaled = masked
+        ids = _top_indices(scaled, params.top_k)  # [top_k]
+        probs = _softmax(scaled[ids])
+    else:
+        probs = _softmax(scaled)
     if params.top_p < 1.0:
-        keep = _top_p_keep(scaled, params.top_p)
-        masked = np.full(n_vocab, -np.inf)
-        masked[keep] = scaled[keep]
-        scaled = masked
-    probs = np.exp(scaled - scaled.max())
+        keep = _top_p_cut(probs, params.top_p)
+        ids = keep if ids is None else ids[keep]
+        probs = probs[keep]
+        probs /= probs.sum()
     if params.min_p > 0.0:
-        probs[probs < params.min_p * probs.max()] = 0.0
-    return probs / probs.sum()
+        keep = np.flatnonzero(probs >= params.min_p * probs.max())
+        if len(keep) < len(probs):
+            ids = keep if ids is None else ids[keep]
+            probs = probs[keep]
+            probs /= probs.sum()
+    if ids is None:
+        return probs
+    out = np.zeros(n_vocab, dtype=np.float32)
+    out[ids] = probs
+    return out
+
+
+_SAMPLE_BLOCK = 1024
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw one token id from a (possibly unnormalized) probability vector."""
-    cum = np.cumsum(probs)
-    idx = int(np.searchsorted(cum, rng.random() * cum[-1], side="right"))
-    return min(idx, len(probs) - 1)
+    """Draw one token id from a (possibly unnormalized) probability vector.
+
+    Large vocabularies go in two steps (block sums, then one block), so no float64
+    cumulative sum over the whole vocabulary is built.
+    """
+    n = len(probs)
+    u = rng.random()
+    if n <= 4 * _SAMPLE_BLOCK:
+        cum = np.cumsum(probs, dtype=np.float64)
+        return min(int(np.searchsorted(cum, u * cum[-1], side="right")), n - 1)
+    block_cum = np.cumsum(np.add.reduceat(probs, np.arange(0, n, _SAMPLE_BLOCK), dtype=np.float64))
+    target = u * block_cum[-1]
+    b = min(int(np.searchsorted(block_cum, target, side="right")), len(block_cum) - 1)
+    start = b * _SAMPLE_BLOCK
+    inner = np.cumsum(probs[start:start + _SAMPLE_BLOCK], dtype=np.float64)
+    rest = target - (block_cum[b - 1] if b else 0.0)
+    i = int(np.searchsorted(inner, rest, side="right"))
+    if i >= len(inner):  # rounding between the two sums: the block's last possible token
+        i = int(np.flatnonzero(probs[start:start + _SAMPLE_BLOCK])[-1])
+    return start + i
 
 
 def residual_probs(target_probs: np.ndarray, draft_row: np.ndarray | None, token: int) -> np.ndarray:

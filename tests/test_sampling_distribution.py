@@ -92,5 +92,5 @@ def test_all_joint_cells_reachable_in_reference():
     target, _ = make_pair()
     for params in PARAMS:
         joint = exact_two_token_distribution(target, params)
-        assert abs(joint.sum() - 1.0) < 1e-9
+        assert abs(joint.sum() - 1.0) < 1e-6  # float32 probabilities
         assert all(joint[a, b] >= 0 for a, b in itertools.product(range(VOCAB), repeat=2))

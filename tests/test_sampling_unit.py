@@ -14,7 +14,7 @@ LOGITS = np.log(np.array([0.5, 0.2, 0.15, 0.1, 0.05]))
 
 def test_temperature_one_is_softmax():
     probs = probs_from_logits(LOGITS, SamplingParams(temperature=1.0))
-    np.testing.assert_allclose(probs, [0.5, 0.2, 0.15, 0.1, 0.05])
+    np.testing.assert_allclose(probs, [0.5, 0.2, 0.15, 0.1, 0.05], rtol=1e-6)  # float32
 
 
 def test_greedy_is_one_hot_argmax():
@@ -25,19 +25,19 @@ def test_greedy_is_one_hot_argmax():
 def test_low_temperature_sharpens():
     cold = probs_from_logits(LOGITS, SamplingParams(temperature=0.5))
     squared = np.array([0.5, 0.2, 0.15, 0.1, 0.05]) ** 2
-    np.testing.assert_allclose(cold, squared / squared.sum())
+    np.testing.assert_allclose(cold, squared / squared.sum(), rtol=1e-6)
 
 
 def test_top_k_keeps_k_best():
     probs = probs_from_logits(LOGITS, SamplingParams(temperature=1.0, top_k=2))
-    np.testing.assert_allclose(probs, [0.5 / 0.7, 0.2 / 0.7, 0, 0, 0])
+    np.testing.assert_allclose(probs, [0.5 / 0.7, 0.2 / 0.7, 0, 0, 0], rtol=1e-6)
 
 
 @pytest.mark.parametrize("top_p, kept", [(0.5, 1), (0.6, 2), (0.7, 2), (0.71, 3), (0.95, 4), (1.0, 5)])
 def test_top_p_keeps_smallest_set_reaching_mass(top_p, kept):
     probs = probs_from_logits(LOGITS, SamplingParams(temperature=1.0, top_p=top_p))
     assert np.count_nonzero(probs) == kept
-    assert probs[:kept].sum() == pytest.approx(1.0)
+    assert probs[:kept].sum() == pytest.approx(1.0, rel=1e-6)
 
 
 def test_top_p_on_large_vocab_uses_growing_partial_sort():
@@ -55,7 +55,25 @@ def test_top_p_on_large_vocab_uses_growing_partial_sort():
 def test_min_p_drops_tokens_below_share_of_max():
     probs = probs_from_logits(LOGITS, SamplingParams(temperature=1.0, min_p=0.25))
     # 0.25 * 0.5 = 0.125: keeps 0.5, 0.2, 0.15
-    np.testing.assert_allclose(probs, [0.5 / 0.85, 0.2 / 0.85, 0.15 / 0.85, 0, 0])
+    np.testing.assert_allclose(probs, [0.5 / 0.85, 0.2 / 0.85, 0.15 / 0.85, 0, 0], rtol=1e-6)
+
+
+def test_top_k_on_large_vocab_matches_full_partial_sort():
+    from specdec_gguf.sampling import _top_indices
+
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal(100_000).astype(np.float32)
+    for k in (1, 7, 64, 1500, 5000):
+        assert set(_top_indices(values, k)) == set(np.argsort(-values)[:k])
+
+
+def test_sample_on_large_vocab_never_picks_impossible_tokens():
+    rng = np.random.default_rng(2)
+    probs = np.zeros(262_144, dtype=np.float32)
+    probs[[5, 70_000, 262_143]] = [0.2, 0.5, 0.3]
+    draws = np.bincount([sample(probs, rng) for _ in range(20_000)], minlength=len(probs))
+    assert draws.sum() == draws[5] + draws[70_000] + draws[262_143]
+    np.testing.assert_allclose(draws[[5, 70_000, 262_143]] / 20_000, [0.2, 0.5, 0.3], atol=0.015)
 
 
 def test_sample_follows_probabilities():
