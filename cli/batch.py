@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,33 +10,23 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from specdec_gguf.batch import BatchRunner, StopFlag
+from specdec_gguf.batch import BatchRunner, RunSummary, StopFlag, read_results, summarize_results
 from specdec_gguf.config import load_batch_config
 
 from .common import handle_errors, stdout_is_tty
 
 
-def summary_table(records: list[dict[str, Any]], run_names: list[str]) -> Table:
-    """Per run: acceptance rate, tokens per pass, median tok/s, speed-up over the plain run if any."""
+def summary_table(summaries: list[RunSummary]) -> Table:
+    """Per run: acceptance rate, tokens per pass, median tok/s, speed-up over the plain run."""
     table = Table(title="batch summary", header_style="bold")
     for col in ("run", "prompts", "acceptance rate", "tokens / target pass", "median tok/s", "speed-up"):
         table.add_column(col, justify="left" if col == "run" else "right", no_wrap=True)
-    by_run = {name: [r for r in records if r["run"] == name] for name in run_names}
-    medians = {name: statistics.median([r["stats"]["generation_throughput"] for r in rs]) if rs else 0.0
-               for name, rs in by_run.items()}
-    plain = next((name for name, rs in by_run.items()
-                  if rs and all(r["stats"]["drafted"] == 0 for r in rs)), None)
-    for name, rs in by_run.items():
-        if not rs:
-            table.add_row(name, "0", "-", "-", "-", "-")
-            continue
-        drafted = sum(r["stats"]["drafted"] for r in rs)
-        accepted = sum(r["stats"]["accepted"] for r in rs)
-        passes = sum(r["stats"]["target_passes"] for r in rs)
-        generated = sum(r["stats"]["generated_tokens"] for r in rs)
-        speedup = f"{medians[name] / medians[plain]:.2f}x" if plain and medians[plain] > 0 else "-"
-        table.add_row(name, str(len(rs)), f"{accepted / drafted:.1%}" if drafted else "-",
-                      f"{generated / passes:.2f}" if passes else "-", f"{medians[name]:.1f}", speedup)
+    for s in summaries:
+        table.add_row(s.name, str(s.prompts),
+                      f"{s.acceptance_rate:.1%}" if s.acceptance_rate is not None else "-",
+                      f"{s.tokens_per_target_pass:.2f}" if s.tokens_per_target_pass is not None else "-",
+                      f"{s.median_throughput:.1f}" if s.median_throughput is not None else "-",
+                      f"{s.speedup:.2f}x" if s.speedup is not None else "-")
     return table
 
 
@@ -77,22 +66,10 @@ def batch(
             interrupted = stop.requested
     finally:
         runner.close()
-    all_records = _read_all(cfg.output)
-    Console(width=None if stdout_is_tty() else 120).print(summary_table(all_records, [r.name for r in cfg.runs]))
+    summaries = summarize_results(read_results(cfg.output), [r.name for r in cfg.runs])
+    Console(width=None if stdout_is_tty() else 120).print(summary_table(summaries))
     Console(highlight=False).print(f"results: {cfg.output} ({len(records)} new lines)", markup=False)
     if interrupted:
         console.print("stopped early: rerun with --resume to finish")
         raise typer.Exit(130)
 
-
-def _read_all(path: Path) -> list[dict[str, Any]]:
-    import json
-
-    out = []
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,3 +145,49 @@ class BatchRunner:
         for engine in (self.draft, self.target):
             if engine is not None:
                 engine.close()
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One run's results over its prompts, for the batch summary table."""
+
+    name: str
+    prompts: int
+    acceptance_rate: float | None  # None when the run drafted nothing
+    tokens_per_target_pass: float | None
+    median_throughput: float | None
+    speedup: float | None  # median throughput / the plain run's, when there is a plain run
+
+
+def summarize_results(records: list[dict[str, Any]], run_names: list[str]) -> list[RunSummary]:
+    """Per run: pooled acceptance and tokens per pass, median tok/s, speed-up over the plain run."""
+    by_run = {name: [r for r in records if r.get("run") == name] for name in run_names}
+    medians = {name: statistics.median(r["stats"]["generation_throughput"] for r in rs) if rs else None
+               for name, rs in by_run.items()}
+    plain = next((name for name, rs in by_run.items() if rs and all(r["stats"]["drafted"] == 0 for r in rs)),
+                 None)
+    base = medians[plain] if plain else None
+    out = []
+    for name, rs in by_run.items():
+        drafted = sum(r["stats"]["drafted"] for r in rs)
+        passes = sum(r["stats"]["target_passes"] for r in rs)
+        out.append(RunSummary(
+            name=name, prompts=len(rs),
+            acceptance_rate=sum(r["stats"]["accepted"] for r in rs) / drafted if drafted else None,
+            tokens_per_target_pass=sum(r["stats"]["generated_tokens"] for r in rs) / passes if passes else None,
+            median_throughput=medians[name],
+            speedup=medians[name] / base if base and medians[name] is not None else None))
+    return out
+
+
+def read_results(path: Path) -> list[dict[str, Any]]:
+    """Every complete JSON line of a results file."""
+    out = []
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
+

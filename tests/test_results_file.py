@@ -55,3 +55,20 @@ def test_completed_ignores_non_regular_files():
     if not os.path.exists("/dev/zero"):
         pytest.skip("no /dev/zero")
     assert ResultsFile(type(__import__("pathlib").Path())("/dev/zero")).completed() == set()
+
+
+def test_summarize_results_pools_runs_and_compares_to_plain():
+    from specdec_gguf.batch import summarize_results
+
+    def rec(run, tps, drafted, accepted, generated, passes):
+        return {"run": run, "stats": {"generation_throughput": tps, "drafted": drafted, "accepted": accepted,
+                                      "generated_tokens": generated, "target_passes": passes}}
+
+    records = [rec("plain", 10.0, 0, 0, 8, 8), rec("plain", 30.0, 0, 0, 8, 8),
+               rec("spec", 40.0, 10, 5, 8, 4), rec("spec", 60.0, 6, 3, 8, 4)]
+    plain, spec, empty = summarize_results(records, ["plain", "spec", "unused"])
+    assert plain.speedup == 1.0 and plain.acceptance_rate is None
+    assert spec.acceptance_rate == 8 / 16
+    assert spec.tokens_per_target_pass == 16 / 8
+    assert spec.median_throughput == 50.0 and spec.speedup == 50.0 / 20.0
+    assert empty.prompts == 0 and empty.speedup is None
