@@ -119,3 +119,13 @@ def test_draft_restarts_on_recent_window_after_long_plain_stretch(target):
     assert len(drafter.cache_view) < len(drafter.context) - 15
     assert list(draft.tokens) == list(drafter.cache_view[: draft.n_past])
     assert result.stats.accepted_length_histogram[3] >= 1  # drafting from the window still works
+
+
+def test_draft_with_smaller_context_keeps_drafting_past_its_end(target):
+    draft = target.perturbed(0.0, seed=0, n_ctx=24)  # the target has 512
+    drafter = AutoregressiveDrafter(draft)
+    result = SpeculativeDecoder(target, drafter, num_draft_tokens=4).generate([1, 2, 3], 100)
+    assert result.tokens == plain_greedy(target, [1, 2, 3], 100)
+    assert draft.n_past <= 24
+    late_rounds = result.stats.drafted
+    assert late_rounds > 60  # it drafted all along, not only while the first 24 tokens fit

@@ -95,6 +95,11 @@ class AutoregressiveDrafter(DrafterEngine):
         if self.max_catch_up is not None and waiting > self.max_catch_up:
             engine.reset(0)  # restart the draft's view on the recent context (see class docs)
             self._window_start = len(ctx) - self.max_catch_up
+        if len(ctx) - self._window_start + max_tokens > engine.n_ctx:
+            # The draft's context is full (it may be smaller than the target's): keep drafting
+            # from the most recent half of it rather than stopping.
+            engine.reset(0)
+            self._window_start = len(ctx) - max(1, engine.n_ctx // 2)
         view = len(ctx) - self._window_start
         # After k steps the cache holds view - 1 + k tokens.
         max_tokens = min(max_tokens, engine.n_ctx - view + 1)
