@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -62,7 +63,7 @@ def batch(
             task = progress.add_task("batch", total=len(items))
             for item, record in runner.run(items, stop):
                 records.append(record)
-                progress.update(task, advance=1, description=f"{item.run.name} · {item.prompt.id}")
+                progress.update(task, advance=1, description=escape(f"{item.run.name} · {item.prompt.id}"))
             interrupted = stop.requested
     finally:
         runner.close()

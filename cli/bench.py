@@ -123,7 +123,7 @@ def bench(
         progress = err_console if not json_out else None
         trials = run_trials(target, draft, strategies, tokenized, max_tokens, repeats,
                             on_trial=(lambda t: progress.print(f"  {t.prompt_id:<14} {t.strategy:<18} "
-                                                               f"{t.throughput:7.1f} tok/s", highlight=False))
+                                                               f"{t.throughput:7.1f} tok/s", highlight=False, markup=False))
                             if progress else None)
     finally:
         for engine in (draft, target):
