@@ -47,7 +47,7 @@ def run(
     model: Annotated[Optional[Path], typer.Option("-m", "--model", help="Target GGUF model.")] = None,
     draft_model: Annotated[Optional[Path], typer.Option("-md", "--draft-model", help="Draft GGUF model.")] = None,
     prompt_lookup: Annotated[bool, typer.Option("--prompt-lookup", help="Draft by n-gram lookup (no draft model).")] = False,
-    num_draft_tokens: Annotated[Optional[int], typer.Option("-k", "--num-draft-tokens", help="Tokens drafted per round (the most, when adaptive).")] = None,
+    num_draft_tokens: Annotated[Optional[int], typer.Option("-k", "--num-draft-tokens", help="Tokens drafted per round; the most, when adaptive (default: 4 fixed; 8 adaptive draft model, 16 adaptive lookup).")] = None,
     adaptive: Annotated[Optional[bool], typer.Option("--adaptive/--fixed-k", help="Choose k per round from measured cost and acceptance (default) or always draft k.")] = None,
     draft_p_min: Annotated[Optional[float], typer.Option("--draft-p-min", help="Stop a draft when the draft's top probability falls below this.")] = None,
     ngram_max: Annotated[Optional[int], typer.Option("--ngram-max", help="Longest n-gram prompt lookup matches.")] = None,
@@ -103,9 +103,12 @@ def run(
     kind = "prompt-lookup" if prompt_lookup else "draft-model" if draft_model is not None else base.kind
     if kind == "none" and draft_settings is not None and cfg_run is None:
         kind = "draft-model"
+    is_adaptive = _pick(adaptive, cfg_run and base.adaptive, True)
+    # k is an upper bound when adaptive: allow long drafts (lookup drafts cost nothing to make).
+    default_k = 4 if not is_adaptive else (16 if kind == "prompt-lookup" else 8)
     drafter = DrafterSettings(
-        kind=kind, num_draft_tokens=_pick(num_draft_tokens, cfg_run and base.num_draft_tokens, 4),
-        adaptive=_pick(adaptive, cfg_run and base.adaptive, True),
+        kind=kind, num_draft_tokens=_pick(num_draft_tokens, cfg_run and base.num_draft_tokens, default_k),
+        adaptive=is_adaptive,
         p_min=_pick(draft_p_min, cfg_run and base.p_min, 0.0),
         ngram_max=_pick(ngram_max, cfg_run and base.ngram_max, 3),
         ngram_min=_pick(ngram_min, cfg_run and base.ngram_min, 1))
