@@ -14,7 +14,7 @@ import argparse
 
 from specdec_gguf import SpeculativeDecoder
 from specdec_gguf.drafters import AutoregressiveDrafter, PromptLookupDrafter
-from specdec_gguf.drafters.autoregressive import common_prefix_length
+from specdec_gguf.engine import common_prefix_length
 from specdec_gguf.engines import LlamaCppEngine
 from specdec_gguf.prompts import BENCH_PROMPTS
 

@@ -27,6 +27,19 @@ def _pick(flag, config_value, default):
     return default if config_value is None else config_value
 
 
+def _engine_settings(base: EngineSettings | None, model: Path, n_ctx: int | None, n_ctx_default: int,
+                     threads: int | None, n_gpu_layers: int | None, python: Path | None,
+                     rpc_servers: list[str] | None = None) -> EngineSettings:
+    """One engine's settings: flags over the config's table over the defaults."""
+    def cfg(name: str):
+        return getattr(base, name) if base is not None else None
+
+    return dataclasses.replace(
+        base or EngineSettings(model=model), model=model, n_ctx=_pick(n_ctx, cfg("n_ctx"), n_ctx_default),
+        n_threads=_pick(threads, cfg("n_threads"), None), n_gpu_layers=_pick(n_gpu_layers, cfg("n_gpu_layers"), 0),
+        python=_pick(python, cfg("python"), None), rpc_servers=_pick(rpc_servers, cfg("rpc_servers"), None))
+
+
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
     if prompt is not None and prompt_file is not None:
         raise ConfigError("give the prompt either with -p/--prompt or with -f/--prompt-file, not both")
@@ -81,22 +94,13 @@ def run(
     model = _pick(model, cfg_target and cfg_target.model, None)
     if model is None:
         raise ConfigError("no target model: pass -m/--model or --config with a [target] table")
-    target_settings = dataclasses.replace(
-        cfg_target or EngineSettings(model=model), model=model,
-        n_ctx=_pick(ctx_size, cfg_target and cfg_target.n_ctx, 4096),
-        n_threads=_pick(threads, cfg_target and cfg_target.n_threads, None),
-        n_gpu_layers=_pick(n_gpu_layers, cfg_target and cfg_target.n_gpu_layers, 0),
-        python=_pick(target_python, cfg_target and cfg_target.python, None),
-        rpc_servers=_pick(rpc.split(",") if rpc else None, cfg_target and cfg_target.rpc_servers, None))
+    target_settings = _engine_settings(
+        cfg_target, model, ctx_size, 4096, threads, n_gpu_layers, target_python, rpc.split(",") if rpc else None)
     draft_path = _pick(draft_model, cfg_draft and cfg_draft.model, None)
     draft_settings = None
     if draft_path is not None:
-        draft_settings = dataclasses.replace(
-            cfg_draft or EngineSettings(model=draft_path), model=draft_path,
-            n_ctx=_pick(ctx_size, cfg_draft and cfg_draft.n_ctx, target_settings.n_ctx),
-            n_threads=_pick(threads, cfg_draft and cfg_draft.n_threads, None),
-            n_gpu_layers=_pick(draft_n_gpu_layers, cfg_draft and cfg_draft.n_gpu_layers, 0),
-            python=_pick(draft_python, cfg_draft and cfg_draft.python, None))
+        draft_settings = _engine_settings(cfg_draft, draft_path, ctx_size, target_settings.n_ctx, threads,
+                                          draft_n_gpu_layers, draft_python)
     base = cfg_run.drafter if cfg_run else DrafterSettings()
     if prompt_lookup and draft_model is not None:
         raise ConfigError("choose one drafter: -md/--draft-model or --prompt-lookup, not both")

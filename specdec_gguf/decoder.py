@@ -7,9 +7,8 @@ from time import perf_counter
 from typing import Iterable, Iterator, Literal, Sequence
 
 from . import sampling as _sampling
-from .drafters.autoregressive import reusable_prefix
 from .engine import (ConfigError, ContextOverflowError, DrafterEngine, SpecDecError,
-                     SpeculativeEngine, check_tokens)
+                     SpeculativeEngine, check_tokens, reusable_prefix)
 from .proposal import DraftProposal, VerificationPolicy
 from .sampling import SamplingParams
 from .schedule import AdaptiveSchedule, DraftSchedule, FixedSchedule

@@ -6,27 +6,10 @@ from typing import Sequence
 
 import numpy as np
 
-from ..engine import ConfigError, DrafterEngine, SpeculativeEngine, VocabMismatchError
+from ..engine import ConfigError, DrafterEngine, SpeculativeEngine, VocabMismatchError, reusable_prefix
 from ..proposal import DraftProposal, VerificationPolicy
 from ..sampling import probs_from_logits, sample
 from ..vocab import check_compatible
-
-
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token sequences."""
-    n = min(len(a), len(b))
-    diff = np.flatnonzero(np.asarray(a[:n], dtype=np.int64) != np.asarray(b[:n], dtype=np.int64))
-    return int(diff[0]) if len(diff) else n
-
-
-def reusable_prefix(engine: SpeculativeEngine, tokens: Sequence[int]) -> int:
-    """How many leading ``tokens`` the engine's cache already holds (0 if it can't tell).
-
-    Reads the engine's own record of its cache (``engine.tokens``), so it stays right
-    when several decoders share one engine.
-    """
-    cached = getattr(engine, "tokens", None)
-    return common_prefix_length(cached, tokens) if cached is not None else 0
 
 
 class AutoregressiveDrafter(DrafterEngine):
