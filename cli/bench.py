@@ -130,7 +130,7 @@ def bench(
             if engine is not None:
                 engine.close()
     if peer:
-        from specdec_gguf.engines.llama_cpp import PeerPromptLookup
+        from specdec_gguf.engines.llama_cpp.peer import PeerPromptLookup
 
         peer_engine = PeerPromptLookup(model, n_ctx=ctx_size, n_threads=threads)
         try:

@@ -17,7 +17,8 @@ from typing import Any, Iterator
 
 from .config import BatchConfig, Prompt, RunSettings
 from .decoder import SpeculativeDecoder
-from .engine import SpecDecError, SpeculativeEngine
+from .engine import SpeculativeEngine
+from .errors import SpecDecError
 from .factory import make_decoder, open_engine
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from .config import DrafterSettings
-from .engine import SpeculativeEngine
+from .engine import SpeculativeEngine, TextModel
 from .factory import make_decoder
 from .sampling import SamplingParams
 
@@ -76,7 +76,7 @@ def measure_cost_curve(target: SpeculativeEngine, context: Sequence[int], sizes:
     return curve
 
 
-def run_trials(target: SpeculativeEngine, draft: SpeculativeEngine | None, strategies: Sequence[Strategy],
+def run_trials(target: TextModel, draft: TextModel | None, strategies: Sequence[Strategy],
                prompts: Sequence[tuple[str, list[int]]], max_tokens: int, repeats: int,
                sampling: SamplingParams = SamplingParams(),
                on_trial: Callable[[Trial], None] | None = None) -> list[Trial]:
@@ -93,11 +93,11 @@ def run_trials(target: SpeculativeEngine, draft: SpeculativeEngine | None, strat
     for rep in range(repeats):
         for prompt_id, tokens in prompts:
             for s in strategies:
-                decode_before = sum(getattr(e, "decode_seconds", 0.0) for e in engines)
+                decode_before = sum(e.decode_seconds for e in engines)
                 r = decoders[s.name].generate(tokens, max_tokens, sampling, ignore_eog=True)
                 st = r.stats
                 # The prefill's decode time is not part of generation: subtract its share of this run.
-                decoded = sum(getattr(e, "decode_seconds", 0.0) for e in engines) - decode_before
+                decoded = sum(e.decode_seconds for e in engines) - decode_before
                 in_llama = decoded - st.prefill_seconds
                 share = 1.0 - in_llama / st.generation_seconds if st.generation_seconds and decoded else None
                 trial = Trial(s.name, prompt_id, rep, st.generation_throughput, st.acceptance_rate,

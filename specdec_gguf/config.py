@@ -15,44 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .engine import ConfigError
+from .errors import ConfigError
 from .sampling import SamplingParams
-
-DrafterKind = Literal["none", "draft-model", "prompt-lookup"]
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """How to load one model (target or draft): placement, threads, memory."""
-
-    model: Path
-    n_ctx: int = 4096
-    n_batch: int = 512
-    n_gpu_layers: int = 0
-    main_gpu: int = 0
-    split_mode: str = "layer"
-    tensor_split: list[float] | None = None
-    n_threads: int | None = None
-    n_threads_batch: int | None = None
-    use_mmap: bool = True
-    flash_attn: str = "auto"
-    rollback: str = "auto"
-    devices: list[str] | None = None  # ggml devices by name, e.g. ["CUDA0"] (see `specdec backends`)
-    rpc_servers: list[str] | None = None  # llama.cpp RPC servers "host:port" (GGML_RPC builds)
-    python: Path | None = None  # run the engine in this interpreter (another llama.cpp build)
-
-
-@dataclass(frozen=True)
-class DrafterSettings:
-    """Which drafter proposes tokens, and how many per round."""
-
-    kind: DrafterKind = "none"
-    num_draft_tokens: int = 4
-    adaptive: bool = True
-    p_min: float = 0.0
-    ngram_max: int = 3
-    ngram_min: int = 1
-
+from .settings import DrafterSettings, EngineSettings
 
 @dataclass(frozen=True)
 class RunSettings:
@@ -143,22 +108,11 @@ def _build(cls: type, table: Any, where: str, base: Path, **extra: Any) -> Any:
 
 
 def engine_settings(table: Any, where: str, base: Path) -> EngineSettings:
-    settings = _build(EngineSettings, table, where, base)
-    if settings.n_ctx < 0:
-        raise ConfigError(f"{where}: n_ctx = {settings.n_ctx} must be >= 0 (0: the model's own)")
-    return settings
+    return _build(EngineSettings, table, where, base)
 
 
 def drafter_settings(table: Any, where: str, base: Path) -> DrafterSettings:
-    settings = _build(DrafterSettings, table, where, base)
-    if settings.num_draft_tokens < 1:
-        raise ConfigError(f"{where}: num_draft_tokens = {settings.num_draft_tokens} must be >= 1")
-    if not 1 <= settings.ngram_min <= settings.ngram_max:
-        raise ConfigError(f"{where}: ngram_min = {settings.ngram_min}, ngram_max = {settings.ngram_max} "
-                          "must satisfy 1 <= ngram_min <= ngram_max")
-    if not 0.0 <= settings.p_min < 1.0:
-        raise ConfigError(f"{where}: p_min = {settings.p_min} must lie in [0, 1)")
-    return settings
+    return _build(DrafterSettings, table, where, base)
 
 
 def sampling_params(table: Any, where: str, base: Path) -> SamplingParams:

@@ -6,9 +6,11 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Iterable, Iterator, Literal, Sequence
 
+import numpy as np
+
 from . import sampling as _sampling
-from .engine import (ConfigError, ContextOverflowError, DrafterEngine, SpecDecError,
-                     SpeculativeEngine, check_tokens, reusable_prefix)
+from .engine import DrafterEngine, SpeculativeEngine, check_tokens, reusable_prefix
+from .errors import ConfigError, ContextOverflowError, SpecDecError
 from .proposal import DraftProposal, VerificationPolicy
 from .sampling import SamplingParams
 from .schedule import AdaptiveSchedule, DraftSchedule, FixedSchedule
@@ -49,17 +51,19 @@ class SpeculativeDecoder:
     """
 
     def __init__(self, target: SpeculativeEngine, drafter: DrafterEngine | None = None, *,
-                 num_draft_tokens: int = 4, adaptive: bool = False,
+                 num_draft_tokens: int = 4, adaptive: bool = False, draft_min: int = 0,
                  schedule: DraftSchedule | None = None) -> None:
         if not isinstance(num_draft_tokens, int) or not 1 <= num_draft_tokens <= target.n_ctx:
             raise ConfigError(
                 f"num_draft_tokens={num_draft_tokens!r} must be an integer in [1, n_ctx={target.n_ctx}]")
-        check_target = getattr(drafter, "check_target", None)
-        if check_target is not None:
-            check_target(target)  # before any generation: a mismatch would decode garbage
+        if not isinstance(draft_min, int) or not 0 <= draft_min <= num_draft_tokens:
+            raise ConfigError(f"draft_min={draft_min!r} must be an integer in [0, num_draft_tokens={num_draft_tokens}]")
+        if drafter is not None:
+            drafter.check_target(target)  # before any generation: a mismatch would decode garbage
         self.target = target
         self.drafter = drafter
         self.num_draft_tokens = num_draft_tokens
+        self.draft_min = draft_min
         if schedule is None:
             schedule = AdaptiveSchedule(num_draft_tokens) if adaptive else FixedSchedule(num_draft_tokens)
         self.schedule = schedule
@@ -120,6 +124,9 @@ class SpeculativeDecoder:
                 proposal = drafter.propose(k, policy, rng) if k > 0 else _NO_PROPOSAL
                 if proposal.parents is not None and not proposal.is_linear:
                     raise SpecDecError("the drafter proposed a tree; this decoder verifies linear proposals only")
+                proposal = _fit_to_target(proposal, target.n_vocab)
+                if len(proposal.tokens) < self.draft_min:
+                    proposal = _NO_PROPOSAL  # too short to pay for a verify pass (llama.cpp's --draft-min)
                 t_verify = perf_counter()
                 out = target.forward_proposal(context[-1], proposal, greedy=policy.greedy)
                 if policy.greedy:
@@ -177,3 +184,26 @@ class SpeculativeDecoder:
                 self.drafter.rollback()
             except SpecDecError:
                 pass
+
+
+def _fit_to_target(proposal: DraftProposal, n_vocab: int) -> DraftProposal:
+    """Cut a proposal before the first id the target cannot take, and size q's rows to the target's vocabulary.
+
+    A draft vocabulary may be up to 128 ids larger than the target's (vocab.py); the target
+    gives such ids probability 0, so cutting there and dropping q's extra columns (or
+    padding missing ones with 0) leaves the acceptance and the residual exact.
+    """
+    tokens, probs = proposal.tokens, proposal.draft_probs
+    cut = next((i for i, t in enumerate(tokens) if not 0 <= t < n_vocab), len(tokens))
+    fits = probs is None or probs.ndim == 1 or probs.shape[1] == n_vocab
+    if cut == len(tokens) and fits:
+        return proposal
+    if probs is not None:
+        probs = probs[:cut]
+        if probs.ndim == 2 and probs.shape[1] != n_vocab:
+            aligned = np.zeros((cut, n_vocab), dtype=probs.dtype)
+            width = min(n_vocab, probs.shape[1])
+            aligned[:, :width] = probs[:, :width]
+            probs = aligned
+    return DraftProposal(tokens=tokens[:cut], draft_probs=probs, features=proposal.features,
+                         parents=proposal.parents[:cut] if proposal.parents is not None else None)

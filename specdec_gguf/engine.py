@@ -1,8 +1,13 @@
-"""The engine protocol every target and draft model sits behind, and the error hierarchy.
+"""The engine protocols: what the decoder needs from a model, and what text front-ends need beyond it.
 
 An engine owns one sequence's KV cache. ``n_past`` is the number of tokens in that
 cache and the rollback anchor: every forward call appends its tokens, and the
 decoder calls :meth:`SpeculativeEngine.reset` to drop what it rejected.
+
+Buffer ownership: an array returned by a ``forward_*`` call is valid until the next
+call on the same engine (engines return views of their own buffers where they can).
+A caller that keeps one past that copies it. ``InMemoryEngine`` reuses one buffer,
+so tests catch code that keeps a view too long.
 """
 
 from __future__ import annotations
@@ -11,41 +16,15 @@ from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from .errors import ConfigError
+
 if TYPE_CHECKING:
     from .proposal import DraftProposal, VerificationPolicy
 
 
-class SpecDecError(Exception):
-    """Base class of every error specdec-gguf raises on purpose."""
-
-
-class EngineError(SpecDecError):
-    """An engine could not load, run or be reached (bad file, backend failure, dead child)."""
-
-
-class RollbackUnsupportedError(EngineError):
-    """The engine's memory cannot be cut back to the requested length."""
-
-
-class VocabMismatchError(SpecDecError):
-    """Draft and target vocabularies differ, so draft tokens would mean other text."""
-
-
-class ContextOverflowError(SpecDecError):
-    """The prompt (plus room for one new token) does not fit the context window."""
-
-
-class ConfigError(SpecDecError, ValueError):
-    """A setting is invalid: names the setting, the bad value and what is allowed."""
-
-
 @runtime_checkable
 class SpeculativeEngine(Protocol):
-    """One model with one sequence's KV cache, as the decoder sees it.
-
-    Engines may subclass this protocol to inherit the linear ``forward_proposal``
-    and the ``is_eog``/``close`` defaults.
-    """
+    """One model with one sequence's KV cache, as the decoder sees it."""
 
     @property
     def n_ctx(self) -> int:
@@ -54,12 +33,17 @@ class SpeculativeEngine(Protocol):
 
     @property
     def n_vocab(self) -> int:
-        """Number of rows in a logits vector."""
+        """Number of entries in a logits row (token ids are ``[0, n_vocab)``)."""
         ...
 
     @property
     def n_past(self) -> int:
         """Tokens currently committed to the KV cache."""
+        ...
+
+    @property
+    def tokens(self) -> Sequence[int]:
+        """The engine's own record of the tokens in its cache (``len == n_past``), for prefix reuse."""
         ...
 
     def reset(self, n_past: int) -> None:
@@ -71,41 +55,134 @@ class SpeculativeEngine(Protocol):
         ...
 
     def forward_argmax(self, tokens: Sequence[int]) -> np.ndarray:
-        """One pass; the argmax of the next-token logits at each input position (int32 ``[n]``)."""
+        """One pass; the argmax of the next-token logits at each input position (int32 ``[n]``).
+
+        Valid until the next call on this engine.
+        """
         ...
 
     def forward_logits(self, tokens: Sequence[int]) -> np.ndarray:
-        """One pass; the next-token logits at each input position (float32 ``[n, n_vocab]``)."""
+        """One pass; the next-token logits at each input position (float32 ``[n, n_vocab]``).
+
+        Valid until the next call on this engine.
+        """
         ...
 
     def forward_proposal(self, anchor: int, proposal: DraftProposal, *, greedy: bool) -> np.ndarray:
         """Verify ``[anchor] + proposal.tokens`` in one pass.
 
         Greedy returns argmax ids ``[k + 1]``; sampling returns logits ``[k + 1, n_vocab]``.
-        The default is linear; a tree-aware engine overrides it.
+        Valid until the next call on this engine.
         """
-        tokens = [anchor, *proposal.tokens]
-        return self.forward_argmax(tokens) if greedy else self.forward_logits(tokens)
+        ...
 
     def forward_last_argmax(self, tokens: Sequence[int]) -> int:
         """One pass; the argmax after the last token only (drafting needs no other row)."""
-        if len(tokens) > 1:
-            self.advance(tokens[:-1])
-        return int(self.forward_argmax(tokens[-1:])[0])
+        ...
 
     def forward_last_logits(self, tokens: Sequence[int]) -> np.ndarray:
-        """One pass; the next-token logits after the last token only (``[n_vocab]``)."""
-        if len(tokens) > 1:
-            self.advance(tokens[:-1])
-        return self.forward_logits(tokens[-1:])[0]
+        """One pass; the next-token logits after the last token only (``[n_vocab]``).
+
+        Valid until the next call on this engine.
+        """
+        ...
 
     def is_eog(self, token: int) -> bool:
         """Whether ``token`` ends generation (EOS, EOT, ...)."""
+        ...
+
+    def close(self) -> None:
+        """Free the engine's resources; safe to call twice. Any later call raises EngineError."""
+        ...
+
+
+class EngineBase:
+    """Shared defaults for engines: the linear ``forward_proposal``, one-row passes built from
+    ``advance`` + a one-token forward, no end-of-generation tokens, context-manager support."""
+
+    def forward_proposal(self, anchor: int, proposal: DraftProposal, *, greedy: bool) -> np.ndarray:
+        tokens = [anchor, *proposal.tokens]
+        return self.forward_argmax(tokens) if greedy else self.forward_logits(tokens)  # type: ignore[attr-defined]
+
+    def forward_last_argmax(self, tokens: Sequence[int]) -> int:
+        if len(tokens) > 1:
+            self.advance(tokens[:-1])  # type: ignore[attr-defined]
+        return int(self.forward_argmax(tokens[-1:])[0])  # type: ignore[attr-defined]
+
+    def forward_last_logits(self, tokens: Sequence[int]) -> np.ndarray:
+        if len(tokens) > 1:
+            self.advance(tokens[:-1])  # type: ignore[attr-defined]
+        return self.forward_logits(tokens[-1:])[0]  # type: ignore[attr-defined]
+
+    def is_eog(self, token: int) -> bool:
         return False
 
     def close(self) -> None:
-        """Free the engine's resources; safe to call twice."""
         return None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@runtime_checkable
+class TextModel(SpeculativeEngine, Protocol):
+    """A loaded GGUF model as the CLI, batch runner and server use it: the engine protocol plus text.
+
+    ``LlamaCppEngine`` and ``ProcessEngine`` implement it; ``open_engine`` returns one.
+    """
+
+    model_path: object  # pathlib.Path
+    architecture: str
+
+    @property
+    def decode_seconds(self) -> float:
+        """Seconds spent inside llama.cpp's decode so far (for overhead figures)."""
+        ...
+
+    @property
+    def chat_template(self) -> str | None:
+        """The Jinja chat template stored in the file (``tokenizer.chat_template``), or None."""
+        ...
+
+    def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
+        """Text -> token ids; ``add_bos`` adds BOS where the model wants it; ``special`` parses special tokens."""
+        ...
+
+    def token_to_piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes one token stands for (may be part of a UTF-8 character)."""
+        ...
+
+    def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
+        """Token ids -> text; bytes that are not valid UTF-8 become U+FFFD."""
+        ...
+
+    def format_chat(self, user_text: str) -> str:
+        """``user_text`` as one user turn in the model's chat template, ready for the reply."""
+        ...
+
+    # What the draft/target vocabulary check reads (see vocab.py).
+    @property
+    def vocab_type(self) -> int: ...
+
+    @property
+    def bos_token(self) -> int: ...
+
+    @property
+    def eos_token(self) -> int: ...
+
+    @property
+    def add_bos(self) -> bool: ...
+
+    @property
+    def add_eos(self) -> bool: ...
+
+    @property
+    def token_texts(self) -> Sequence[bytes]:
+        """Every token's text, by id."""
+        ...
 
 
 def check_tokens(tokens: Sequence[int], n_vocab: int, what: str = "token") -> None:
@@ -119,12 +196,17 @@ def check_tokens(tokens: Sequence[int], n_vocab: int, what: str = "token") -> No
 class DrafterEngine(Protocol):
     """What proposes tokens each round: a draft model or a model-free lookup.
 
-    The decoder calls ``start`` once per generation, then each round ``propose``
-    followed by ``accept`` with what the round committed. After an error it calls
-    ``rollback`` so the drafter drops anything not committed.
+    The decoder calls ``check_target`` once when it is built, ``start`` once per
+    generation, then each round ``propose`` followed by ``accept`` with what the round
+    committed. After an error it calls ``rollback`` so the drafter drops anything not
+    committed.
     """
 
     name: str
+
+    def check_target(self, target: SpeculativeEngine) -> None:
+        """Raise VocabMismatchError if this drafter's token ids would mean other text to ``target``."""
+        ...
 
     def start(self, prompt_tokens: Sequence[int]) -> None:
         """Begin a generation whose committed context is ``prompt_tokens``."""
@@ -144,6 +226,16 @@ class DrafterEngine(Protocol):
         ...
 
 
+class DrafterBase:
+    """Shared defaults for drafters: no vocabulary of their own to check, nothing to roll back."""
+
+    def check_target(self, target: SpeculativeEngine) -> None:
+        return None  # proposes ids taken from the target's own context
+
+    def rollback(self) -> None:
+        return None
+
+
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token sequences."""
     n = min(len(a), len(b))
@@ -152,10 +244,9 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def reusable_prefix(engine: SpeculativeEngine, tokens: Sequence[int]) -> int:
-    """How many leading ``tokens`` the engine's cache already holds (0 if it can't tell).
+    """How many leading ``tokens`` the engine's cache already holds.
 
     Reads the engine's own record of its cache (``engine.tokens``), so it stays right
     when several decoders share one engine.
     """
-    cached = getattr(engine, "tokens", None)
-    return common_prefix_length(cached, tokens) if cached is not None else 0
+    return common_prefix_length(engine.tokens, tokens)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .engine import EngineError
+from .errors import EngineError
 
 GGUF_MAGIC = b"GGUF"
 # Architectures whose memory cannot be cut partially (recurrent or hybrid state).

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .engine import ConfigError, SpecDecError
+from .errors import ConfigError, SpecDecError
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import statistics
 from collections import deque
 from typing import Protocol, runtime_checkable
 
-from .engine import ConfigError
+from .errors import ConfigError
 
 
 @runtime_checkable

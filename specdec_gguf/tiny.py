@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .engine import ConfigError
+from .errors import ConfigError
 
 _WORDS = (
     "the of and to in is was that for on with as by at from it an be this are or his had not but "
@@ -28,6 +28,8 @@ _WORDS = (
     "three def return class import self print value list data model token draft target speed fast"
 ).split()
 
+EXTRA_TOKENS = 100  # appended by the "extended" vocabulary variant
+
 # llama.cpp token types
 _NORMAL, _UNKNOWN, _CONTROL, _BYTE = 1, 2, 3, 6
 
@@ -36,7 +38,9 @@ def tiny_vocab(variant: str = "default") -> tuple[list[str], list[float], list[i
     """Token texts, scores and types of the tiny SentencePiece vocabulary.
 
     ``variant="shuffled"`` gives the same size with different texts past the byte
-    tokens (a deliberately incompatible vocabulary).
+    tokens (a deliberately incompatible vocabulary); ``"extended"`` appends
+    ``EXTRA_TOKENS`` tokens to the default one (a draft vocabulary larger than the
+    target's, which the compatibility check allows, as llama.cpp's does).
     """
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
     types = [_UNKNOWN, _CONTROL, _CONTROL] + [_BYTE] * 256
@@ -48,8 +52,10 @@ def tiny_vocab(variant: str = "default") -> tuple[list[str], list[float], list[i
     unique = [p for p in pieces if not (p in seen or seen.add(p))]
     if variant == "shuffled":
         unique = unique[:1] + unique[1:][::-1]
+    elif variant == "extended":
+        unique += [f"\u2581extra{i}" for i in range(EXTRA_TOKENS)]
     elif variant != "default":
-        raise ConfigError(f"vocab variant={variant!r} must be 'default' or 'shuffled'")
+        raise ConfigError(f"vocab variant={variant!r} must be 'default', 'shuffled' or 'extended'")
     tokens += unique
     types += [_NORMAL] * len(unique)
     # Longer pieces score higher so merges build whole words.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence
 
-from .engine import VocabMismatchError
+from .errors import VocabMismatchError
 
 MAX_SIZE_DIFFERENCE = 128
 SKIP_SPECIAL = 5

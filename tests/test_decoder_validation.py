@@ -91,8 +91,9 @@ def test_engine_fault_mid_round_leaves_engines_consistent_and_retry_works(target
 
 def test_tree_proposal_is_refused_not_verified_as_a_chain(target):
     from specdec_gguf import DraftProposal, SpecDecError
+    from specdec_gguf.engine import DrafterBase
 
-    class TreeDrafter:
+    class TreeDrafter(DrafterBase):
         name = "tree"
 
         def start(self, prompt_tokens):

@@ -6,13 +6,14 @@ from typing import Sequence
 
 import numpy as np
 
-from ..engine import ConfigError, DrafterEngine, SpeculativeEngine, VocabMismatchError, reusable_prefix
+from ..engine import DrafterBase, SpeculativeEngine, TextModel, reusable_prefix
+from ..errors import ConfigError, VocabMismatchError
 from ..proposal import DraftProposal, VerificationPolicy
 from ..sampling import probs_from_logits, sample
 from ..vocab import check_compatible
 
 
-class AutoregressiveDrafter(DrafterEngine):
+class AutoregressiveDrafter(DrafterBase):
     """Drafts greedily (or samples from q when the decoder samples) with a draft model.
 
     The draft engine's cache holds the committed context minus its last token (the
@@ -55,9 +56,11 @@ class AutoregressiveDrafter(DrafterEngine):
 
     def check_target(self, target: SpeculativeEngine) -> None:
         """Raise VocabMismatchError unless the draft's token ids mean the same text to ``target``."""
-        if hasattr(target, "token_texts") and hasattr(self.engine, "token_texts"):
-            check_compatible(target, self.engine)  # type: ignore[arg-type]
-        elif target.n_vocab != self.engine.n_vocab:
+        if target is self.engine:
+            raise ConfigError("the draft engine is the target engine itself; load the draft model separately")
+        if isinstance(target, TextModel) and isinstance(self.engine, TextModel):
+            check_compatible(target, self.engine)
+        elif target.n_vocab != self.engine.n_vocab:  # engines without texts (InMemoryEngine): sizes only
             raise VocabMismatchError(
                 f"vocabulary sizes differ: target {target.n_vocab}, draft {self.engine.n_vocab}")
 

@@ -6,11 +6,12 @@ from typing import Sequence
 
 import numpy as np
 
-from ..engine import ConfigError, DrafterEngine
+from ..engine import DrafterBase
+from ..errors import ConfigError
 from ..proposal import DraftProposal, VerificationPolicy
 
 
-class PromptLookupDrafter(DrafterEngine):
+class PromptLookupDrafter(DrafterBase):
     """Propose the tokens that followed the most recent earlier occurrence of the context's tail.
 
     Tries the longest n-gram first (``max_ngram`` down to ``min_ngram``). An index
@@ -55,9 +56,6 @@ class PromptLookupDrafter(DrafterEngine):
 
     def accept(self, n_accepted: int, committed: Sequence[int]) -> None:
         self._extend(committed)
-
-    def rollback(self) -> None:
-        return None  # nothing uncommitted is ever stored
 
     def _extend(self, tokens: Sequence[int]) -> None:
         ctx, index = self._context, self._index

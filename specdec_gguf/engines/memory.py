@@ -11,16 +11,21 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..engine import EngineError, SpeculativeEngine, check_tokens
+from ..engine import EngineBase, check_tokens
+from ..errors import EngineError
 
 
-class InMemoryEngine(SpeculativeEngine):
+class InMemoryEngine(EngineBase):
     """A tiny "language model": logits = sharpness * (A[last] + 0.5 * B[previous]).
 
     ``forward_passes`` counts forward_argmax/forward_logits calls (verify and draft
     passes), ``advance_calls`` counts prefills. Set ``fail_at_call`` to make the
     n-th call (0-based, counting advance and forwards together) raise EngineError
     once, after it has written its tokens — the worst case a decoder must undo.
+
+    Like llama.cpp's output buffer, one logits buffer is reused: an array returned by
+    ``forward_logits``/``forward_argmax`` is overwritten by the next call, so tests catch
+    callers that keep a view past the next call (the protocol's buffer-ownership rule).
     """
 
     def __init__(self, table_last: np.ndarray, table_prev: np.ndarray, *, n_ctx: int = 4096,
@@ -40,6 +45,7 @@ class InMemoryEngine(SpeculativeEngine):
         self.advance_calls = 0
         self.calls = 0
         self.fail_at_call: int | None = None
+        self._out = np.empty((0, self.n_vocab), dtype=np.float32)  # the reused logits buffer
 
     @classmethod
     def random(cls, vocab_size: int, *, seed: int, n_ctx: int = 4096, sharpness: float = 3.0,
@@ -97,7 +103,11 @@ class InMemoryEngine(SpeculativeEngine):
         ctx = self._tokens
         last = np.asarray(ctx[start:], dtype=np.int64)
         prev = np.asarray([ctx[i - 1] if i > 0 else 0 for i in range(start, len(ctx))], dtype=np.int64)
-        return self.sharpness * (self._table_last[last] + 0.5 * self._table_prev[prev])  # [n, V]
+        if len(self._out) < len(last):
+            self._out = np.empty((max(len(last), 2 * len(self._out)), self.n_vocab), dtype=np.float32)
+        out = self._out[: len(last)]  # [n, V], overwritten by the next call
+        np.multiply(self._table_last[last] + 0.5 * self._table_prev[prev], self.sharpness, out=out)
+        return out
 
     def forward_argmax(self, tokens: Sequence[int]) -> np.ndarray:
         return np.argmax(self.forward_logits(tokens), axis=1).astype(np.int32)

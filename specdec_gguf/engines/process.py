@@ -24,8 +24,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..engine import EngineError, SpeculativeEngine
+from ..engine import EngineBase
+from ..errors import EngineError
 from ..modelfile import validate_gguf
+from ..settings import EngineSettings
 from . import wire
 
 _LIVE: weakref.WeakSet[ProcessEngine] = weakref.WeakSet()
@@ -43,17 +45,22 @@ def _package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
-class ProcessEngine(SpeculativeEngine):
+class ProcessEngine(EngineBase):
     """The full engine protocol over a pipe to ``python -m specdec_gguf.engines.process_child``.
 
     ``python`` is the interpreter to run (for example another venv's ``bin/python`` with
-    a CUDA build of llama-cpp-python); the other keyword arguments go to LlamaCppEngine
-    in the child. ``call_timeout`` bounds every call, ``load_timeout`` the model load.
+    a CUDA build of llama-cpp-python); the other keyword arguments are
+    :class:`~specdec_gguf.settings.EngineSettings` fields, validated here and passed to
+    LlamaCppEngine in the child. ``call_timeout`` bounds every call, ``load_timeout`` the
+    model load. Implements ``SpeculativeEngine`` and ``TextModel``; logits arrays are
+    views of the shared mapping, valid until the next call on this engine.
     """
 
     def __init__(self, model_path: str | os.PathLike[str], *, python: str | os.PathLike[str] | None = None,
-                 call_timeout: float = 120.0, load_timeout: float = 600.0, **engine_kwargs: Any) -> None:
-        self.model_path = Path(model_path)
+                 call_timeout: float = 120.0, load_timeout: float = 600.0, verbose: bool = False,
+                 **settings: Any) -> None:
+        self.settings = EngineSettings(model=Path(model_path), **settings)  # validated here, once
+        self.model_path = self.settings.model
         self.python = str(python or sys.executable)
         self.call_timeout = call_timeout
         self._proc: subprocess.Popen | None = None
@@ -64,7 +71,7 @@ class ProcessEngine(SpeculativeEngine):
         self._info: dict[str, Any] | None = None
         self._shm_rows = 0
         validate_gguf(self.model_path)  # here, so the child interpreter needs no `gguf` package
-        self._start(engine_kwargs, load_timeout)
+        self._start({**self.settings.engine_kwargs(), "verbose": verbose}, load_timeout)
         _LIVE.add(self)
 
     # -- child lifecycle ------------------------------------------------------------------
@@ -92,6 +99,7 @@ class ProcessEngine(SpeculativeEngine):
         self._history = np.zeros(info["n_ctx"], dtype=np.int32)  # mirror of the child's cache
         self._n_past = 0
         self._eog = frozenset(info["eog_tokens"])
+        self._chat_template: str | None = info.get("chat_template")
         self.rollback_mode: str = info["rollback_mode"]
         self.architecture: str = info["architecture"]
         self.pid: int = info["pid"]
@@ -103,8 +111,7 @@ class ProcessEngine(SpeculativeEngine):
             return
         size = rows * self.n_vocab * 4
         os.ftruncate(self._shm_fd, size)
-        if self._shm is not None:
-            self._shm.close()
+        _release(self._shm)
         self._shm = mmap.mmap(self._shm_fd, size)
         self._shm_rows = rows
         self._request(wire.OP_REMAP)
@@ -170,9 +177,8 @@ class ProcessEngine(SpeculativeEngine):
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self._kill()
-        if self._shm is not None:
-            self._shm.close()
-            self._shm = None
+        _release(self._shm)
+        self._shm = None
         if self._shm_fd >= 0:
             os.close(self._shm_fd)
             self._shm_fd = -1
@@ -260,6 +266,15 @@ class ProcessEngine(SpeculativeEngine):
     def format_chat(self, user_text: str) -> str:
         return self._call("format_chat", user_text)
 
+    @property
+    def chat_template(self) -> str | None:
+        return self._chat_template
+
+    @property
+    def decode_seconds(self) -> float:
+        """Seconds the child's engine spent inside llama_decode (one round trip to ask)."""
+        return float(self._call("decode_seconds"))
+
     @cached_property
     def token_texts(self) -> tuple[bytes, ...]:
         return tuple(bytes.fromhex(t) for t in self._call("token_texts"))
@@ -269,3 +284,12 @@ class ProcessEngine(SpeculativeEngine):
     add_bos = property(lambda self: self._info["add_bos"])
     add_eos = property(lambda self: self._info["add_eos"])
     vocab_type = property(lambda self: self._info["vocab_type"])
+
+
+def _release(shm: mmap.mmap | None) -> None:
+    """Close a mapping unless a caller still holds a view of it (then it lives until that view dies)."""
+    if shm is not None:
+        try:
+            shm.close()
+        except BufferError:
+            pass  # a kept logits array still points into it: the buffer protocol keeps it alive

@@ -35,7 +35,8 @@ def _serve(rfd: int, wfd: int) -> None:
     info = {"n_ctx": engine.n_ctx, "n_vocab": engine.n_vocab, "rollback_mode": engine.rollback_mode,
             "architecture": engine.architecture, "bos_token": engine.bos_token, "eos_token": engine.eos_token,
             "add_bos": engine.add_bos, "add_eos": engine.add_eos, "vocab_type": engine.vocab_type,
-            "eog_tokens": eog, "pid": os.getpid(), "python": sys.executable}
+            "eog_tokens": eog, "pid": os.getpid(), "python": sys.executable,
+            "chat_template": engine.chat_template}
     wire.write_frame(wfd, wire.OK, wire.json_payload(info))
     while True:
         try:
@@ -82,6 +83,8 @@ def _call(engine, request: dict):
         return engine.token_to_piece(*args).hex()
     if method == "format_chat":
         return engine.format_chat(*args)
+    if method == "decode_seconds":
+        return engine.decode_seconds
     if method == "token_texts":
         return [t.hex() for t in engine.token_texts]
     raise ValueError(f"unknown method {method!r}")
