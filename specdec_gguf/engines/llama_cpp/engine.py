@@ -96,7 +96,8 @@ class LlamaCppEngine(EngineBase):
         mparams.n_gpu_layers = s.n_gpu_layers
         mparams.main_gpu = s.main_gpu
         mparams.split_mode = _SPLIT_MODES[s.split_mode]
-        mparams.use_mmap = s.use_mmap
+        # 0.3.x replaced use_mmap with load_mode; a ctypes Structure silently accepts unknown attributes.
+        mparams.load_mode = lc.LLAMA_LOAD_MODE_MMAP if s.use_mmap else lc.LLAMA_LOAD_MODE_NONE
         log = self.log
 
         @lc.llama_progress_callback
