@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Literal
+from typing import Iterable, Literal
 
 from rich.console import Console
 from rich.live import Live
@@ -26,7 +26,7 @@ class Interrupted(Exception):
 
 def generate_into(state: LiveState, decoder: SpeculativeDecoder, target, prompt_tokens: list[int],
                   max_tokens: int, sampling: SamplingParams, mode: Mode,
-                  console: Console | None = None) -> list[int]:
+                  console: Console | None = None, stop_token_ids: Iterable[int] = ()) -> list[int]:
     """Generate, filling ``state`` as rounds arrive; returns the token ids.
 
     Raises Interrupted (after restoring the terminal) on Ctrl-C.
@@ -36,7 +36,7 @@ def generate_into(state: LiveState, decoder: SpeculativeDecoder, target, prompt_
     tokens: list[int] = []
 
     def consume() -> None:
-        for event in decoder.stream(prompt_tokens, max_tokens, sampling):
+        for event in decoder.stream(prompt_tokens, max_tokens, sampling, stop_token_ids):
             state.stats = event.stats.copy()  # a snapshot that matches the tokens shown
             for token, origin in zip(event.tokens, event.origins):
                 piece = stream.push([token])

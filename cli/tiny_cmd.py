@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from specdec_gguf.tiny import write_tiny_family
+from specdec_gguf.tiny import CHATML_TEMPLATE, CHATML_TOKENS, write_tiny_family
 
 from .common import handle_errors
 
@@ -19,10 +19,13 @@ def tiny(
     seed: Annotated[int, typer.Option("--seed", help="Weights seed.")] = 0,
     gain: Annotated[float, typer.Option("--gain", help="How far the target's extra layers move it from the draft (0: identical greedy tokens).")] = 0.25,
     dtype: Annotated[str, typer.Option("--dtype", help="f32 or q8_0.")] = "f32",
+    chat: Annotated[bool, typer.Option("--chat", help="Give the models a ChatML chat template (for --chat and serve).")] = False,
     verbose: Annotated[bool, typer.Option("--verbose")] = False,
 ) -> None:
     """Write a tiny random target and a draft that agrees with it on most tokens."""
-    family = write_tiny_family(directory, seed=seed, gain=gain, dtype=dtype)
+    family = write_tiny_family(directory, seed=seed, gain=gain, dtype=dtype,
+                               chat_template=CHATML_TEMPLATE if chat else None,
+                               special_tokens=CHATML_TOKENS if chat else ())
     console = Console(highlight=False, markup=False, soft_wrap=True)
     console.print(f"wrote {family.target} and {family.draft}")
     console.print("try next:")

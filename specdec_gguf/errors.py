@@ -29,3 +29,7 @@ class ContextOverflowError(SpecDecError):
 
 class ConfigError(SpecDecError, ValueError):
     """A setting is invalid: names the setting, the bad value and what is allowed."""
+
+
+class ChatTemplateError(ConfigError):
+    """A conversation cannot be rendered: no chat template, a template error, or a malformed message."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -34,8 +35,11 @@ EXTRA_TOKENS = 100  # appended by the "extended" vocabulary variant
 _NORMAL, _UNKNOWN, _CONTROL, _BYTE = 1, 2, 3, 6
 
 
-def tiny_vocab(variant: str = "default") -> tuple[list[str], list[float], list[int]]:
+def tiny_vocab(variant: str = "default", special_tokens: Sequence[str] = ()) -> tuple[list[str], list[float], list[int]]:
     """Token texts, scores and types of the tiny SentencePiece vocabulary.
+
+    ``special_tokens`` are appended as control tokens (what chat templates use, e.g.
+    ``<|im_start|>``); llama.cpp tokenizes them only when asked to parse special tokens.
 
     ``variant="shuffled"`` gives the same size with different texts past the byte
     tokens (a deliberately incompatible vocabulary); ``"extended"`` appends
@@ -60,7 +64,21 @@ def tiny_vocab(variant: str = "default") -> tuple[list[str], list[float], list[i
     types += [_NORMAL] * len(unique)
     # Longer pieces score higher so merges build whole words.
     scores = [0.0] * 259 + [float(len(p)) - i * 1e-4 for i, p in enumerate(unique)]
+    clash = sorted(set(special_tokens) & set(tokens))
+    if clash or len(set(special_tokens)) != len(special_tokens):
+        raise ConfigError(f"special_tokens={list(special_tokens)!r} must be distinct new texts (clash: {clash})")
+    tokens += list(special_tokens)
+    types += [_CONTROL] * len(special_tokens)
+    scores += [0.0] * len(special_tokens)
     return tokens, scores, types
+
+
+# ChatML, as Qwen and many fine-tunes ship it; `specdec tiny --chat` writes it into the tiny models.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+CHATML_TOKENS = ("<|im_start|>", "<|im_end|>")
 
 
 @dataclass(frozen=True)
@@ -99,12 +117,13 @@ def _random_weights(n_layers: int, n_vocab: int, shape: TinyShape, seed: int) ->
 
 
 def _write(path: Path, weights: dict[str, np.ndarray], n_layers: int, shape: TinyShape,
-           dtype: str, vocab_variant: str, name: str) -> Path:
+           dtype: str, vocab_variant: str, name: str, *, chat_template: str | None = None,
+           special_tokens: Sequence[str] = ()) -> Path:
     import gguf  # the gguf writer is only needed here
 
     if dtype not in ("f32", "q8_0"):
         raise ConfigError(f"dtype={dtype!r} must be 'f32' or 'q8_0'")
-    tokens, scores, types = tiny_vocab(vocab_variant)
+    tokens, scores, types = tiny_vocab(vocab_variant, special_tokens)
     path.parent.mkdir(parents=True, exist_ok=True)
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name(name)
@@ -126,6 +145,8 @@ def _write(path: Path, weights: dict[str, np.ndarray], n_layers: int, shape: Tin
     writer.add_eos_token_id(2)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
     for tensor_name, data in weights.items():
         if dtype == "q8_0" and data.ndim == 2:
             qtype = gguf.GGMLQuantizationType.Q8_0
@@ -140,13 +161,19 @@ def _write(path: Path, weights: dict[str, np.ndarray], n_layers: int, shape: Tin
 
 
 def write_tiny_model(path: str | Path, *, n_layers: int = 4, seed: int = 0, dtype: str = "f32",
-                     vocab_variant: str = "default", shape: TinyShape = TinyShape()) -> Path:
-    """Write one tiny random llama GGUF to ``path`` and return the path."""
+                     vocab_variant: str = "default", shape: TinyShape = TinyShape(),
+                     chat_template: str | None = None, special_tokens: Sequence[str] = ()) -> Path:
+    """Write one tiny random llama GGUF to ``path`` and return the path.
+
+    ``chat_template`` (Jinja source) goes into ``tokenizer.chat_template``; ``special_tokens``
+    are appended to the vocabulary as control tokens (the template's markers).
+    """
     if n_layers < 1:
         raise ConfigError(f"n_layers={n_layers} must be >= 1")
-    n_vocab = len(tiny_vocab(vocab_variant)[0])
+    n_vocab = len(tiny_vocab(vocab_variant, special_tokens)[0])
     weights = _random_weights(n_layers, n_vocab, shape, seed)
-    return _write(Path(path), weights, n_layers, shape, dtype, vocab_variant, f"tiny-{n_layers}L")
+    return _write(Path(path), weights, n_layers, shape, dtype, vocab_variant, f"tiny-{n_layers}L",
+                  chat_template=chat_template, special_tokens=special_tokens)
 
 
 @dataclass(frozen=True)
@@ -162,8 +189,11 @@ class TinyFamily:
 
 def write_tiny_family(directory: str | Path, *, seed: int = 0, target_layers: int = 4,
                       draft_layers: int = 1, gain: float = 0.25, dtype: str = "f32",
-                      shape: TinyShape = TinyShape()) -> TinyFamily:
+                      shape: TinyShape = TinyShape(), chat_template: str | None = None,
+                      special_tokens: Sequence[str] = ()) -> TinyFamily:
     """Write ``tiny-target.gguf`` and ``tiny-draft.gguf`` into ``directory``.
+
+    ``chat_template`` and ``special_tokens`` go into both files (see :func:`write_tiny_model`).
 
     The draft is the target's first ``draft_layers`` layers; the target's later
     layers' output projections are scaled by ``gain``, so lower gain means more
@@ -174,7 +204,7 @@ def write_tiny_family(directory: str | Path, *, seed: int = 0, target_layers: in
     if gain < 0:
         raise ConfigError(f"gain={gain} must be >= 0")
     directory = Path(directory)
-    n_vocab = len(tiny_vocab()[0])
+    n_vocab = len(tiny_vocab("default", special_tokens)[0])
     weights = _random_weights(target_layers, n_vocab, shape, seed)
     for i in range(draft_layers, target_layers):
         for proj in ("attn_output", "ffn_down"):
@@ -183,9 +213,9 @@ def write_tiny_family(directory: str | Path, *, seed: int = 0, target_layers: in
              if not n.startswith("blk.") or int(n.split(".")[1]) < draft_layers}
     return TinyFamily(
         target=_write(directory / "tiny-target.gguf", weights, target_layers, shape, dtype, "default",
-                      f"tiny-target-{target_layers}L"),
+                      f"tiny-target-{target_layers}L", chat_template=chat_template, special_tokens=special_tokens),
         draft=_write(directory / "tiny-draft.gguf", draft, draft_layers, shape, dtype, "default",
-                     f"tiny-draft-{draft_layers}L"),
+                     f"tiny-draft-{draft_layers}L", chat_template=chat_template, special_tokens=special_tokens),
     )
 
 

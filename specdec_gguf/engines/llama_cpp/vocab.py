@@ -64,16 +64,7 @@ class LlamaVocab:
         template = lc.llama_model_chat_template(self._model, None)
         if not template:
             raise EngineError(f"{self.what}: the model has no chat template; drop --chat")
-        msg = (lc.llama_chat_message * 1)(lc.llama_chat_message(b"user", user_text.encode("utf-8")))
-        cap = 2 * len(user_text.encode("utf-8")) + 512
-        buf = ctypes.create_string_buffer(cap)
-        n = lc.llama_chat_apply_template(template, msg, 1, True, buf, cap)
-        if n > cap:
-            buf = ctypes.create_string_buffer(n)
-            n = lc.llama_chat_apply_template(template, msg, 1, True, buf, n)
-        if n < 0:
-            raise EngineError(f"{self.what}: llama.cpp does not support this model's chat template")
-        return buf.raw[:n].decode("utf-8", errors="replace")
+        return apply_chat_template(template, [("user", user_text)], True, what=self.what)
 
     @property
     def bos_token(self) -> int:
@@ -100,3 +91,32 @@ class LlamaVocab:
         """Every token's text, read once and cached (for the vocabulary check)."""
         get = lc.llama_vocab_get_text
         return tuple(get(self._vocab, i) or b"" for i in range(self.n_vocab))
+
+
+def builtin_chat_templates() -> list[str]:
+    """The names of llama.cpp's built-in chat templates (``chatml``, ``llama3``, ``gemma``, ...)."""
+    n = lc.llama_chat_builtin_templates(None, 0)
+    names = (ctypes.c_char_p * n)()
+    lc.llama_chat_builtin_templates(names, n)
+    return [name.decode() for name in names]
+
+
+def apply_chat_template(template: bytes | str, messages: Sequence[tuple[str, str]], add_generation_prompt: bool,
+                        *, what: str = "llama.cpp") -> str:
+    """Render ``(role, content)`` messages with llama.cpp's C++ template for ``template``.
+
+    ``template`` is a built-in name or a Jinja source that llama.cpp recognises by its markers.
+    """
+    raw = template.encode() if isinstance(template, str) else template
+    encoded = [(role.encode("utf-8"), content.encode("utf-8")) for role, content in messages]
+    chat = (lc.llama_chat_message * max(len(encoded), 1))(
+        *(lc.llama_chat_message(role, content) for role, content in encoded))
+    cap = 2 * sum(len(r) + len(c) for r, c in encoded) + 512
+    buf = ctypes.create_string_buffer(cap)
+    n = lc.llama_chat_apply_template(raw, chat, len(encoded), add_generation_prompt, buf, cap)
+    if n > cap:
+        buf = ctypes.create_string_buffer(n)
+        n = lc.llama_chat_apply_template(raw, chat, len(encoded), add_generation_prompt, buf, n)
+    if n < 0:
+        raise EngineError(f"{what}: llama.cpp does not support this chat template")
+    return buf.raw[:n].decode("utf-8", errors="replace")
