@@ -78,6 +78,7 @@ class ModelSettings:
     drafter: DrafterSettings
     sampling: SamplingParams
     max_tokens: int | None  # None: neither a flag nor a config file set one
+    stop: tuple[str, ...] = ()  # the config's stop strings (run's --stop replaces them)
 
 
 def resolve_settings(*, config: Path | None = None, model: Path | None = None, draft_model: Path | None = None,
@@ -125,7 +126,8 @@ def resolve_settings(*, config: Path | None = None, model: Path | None = None, d
     n = max_tokens if max_tokens is not None else (cfg_run.max_tokens if cfg_run else None)
     if n is not None and n < 1:
         raise ConfigError(f"--max-tokens {n} must be >= 1")
-    return ModelSettings(target=target, draft=draft, drafter=drafter, sampling=sampling, max_tokens=n)
+    return ModelSettings(target=target, draft=draft, drafter=drafter, sampling=sampling, max_tokens=n,
+                         stop=cfg_run.stop if cfg_run else ())
 
 
 @contextmanager

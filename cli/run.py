@@ -14,6 +14,7 @@ from rich.console import Console
 from specdec_gguf import ConfigError
 from specdec_gguf.chat import chat_prompt_tokens, end_of_turn_tokens, load_chat_template, require_template
 from specdec_gguf.factory import make_decoder
+from specdec_gguf.stopping import check_stop_strings
 
 from .common import err_console, handle_errors, stdout_is_tty
 from .options import (CHAT, OUTPUT, AdaptiveOpt, ChatTemplateOpt, ConfigOpt, CtxSizeDraftOpt, CtxSizeOpt,
@@ -74,6 +75,7 @@ def run(
     chat: Annotated[bool, typer.Option("--chat", help="Send the prompt as a user turn through the chat template.", rich_help_panel=CHAT)] = False,
     system: Annotated[Optional[str], typer.Option("--system", help="A system turn before the prompt (implies --chat).", rich_help_panel=CHAT)] = None,
     chat_template: ChatTemplateOpt = None,
+    stop: Annotated[Optional[list[str]], typer.Option("--stop", help="Stop where this text appears (repeatable); the text ends before it.", rich_help_panel=OUTPUT)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object with text, tokens and stats.", rich_help_panel=OUTPUT)] = False,
     no_live: Annotated[bool, typer.Option("--no-live", help="Stream plain text instead of the live view.", rich_help_panel=OUTPUT)] = False,
     verbose: VerboseOpt = False,
@@ -89,6 +91,7 @@ def run(
     n = settings.max_tokens if settings.max_tokens is not None else 256
     text = read_prompt(prompt, prompt_file)
     chat = chat or system is not None or chat_template is not None
+    stop_strings = check_stop_strings(stop, "--stop") if stop else settings.stop
 
     with loaded_models(settings, verbose=verbose) as (target, draft):
         decoder = make_decoder(target, settings.drafter, draft)
@@ -107,7 +110,7 @@ def run(
         state = LiveState(title=f"{settings.target.model.name} · {title}")
         try:
             tokens = generate_into(state, decoder, target, prompt_tokens, n, settings.sampling, mode,
-                                   stop_token_ids=stop_ids)
+                                   stop_token_ids=stop_ids, stop=stop_strings)
         except Interrupted as stop:
             _report(stop.state, stop.tokens, mode, json_out, settings, n)
             raise typer.Exit(130) from None

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import sys
-from typing import Iterable, Literal
+from typing import Iterable, Literal, Sequence
 
 from rich.console import Console
 from rich.live import Live
 
 from specdec_gguf import SamplingParams, SpeculativeDecoder
-from specdec_gguf.text import TextStream
+from specdec_gguf.textgen import stream_text
 
 from .live import LiveState, render
 
@@ -26,32 +26,28 @@ class Interrupted(Exception):
 
 def generate_into(state: LiveState, decoder: SpeculativeDecoder, target, prompt_tokens: list[int],
                   max_tokens: int, sampling: SamplingParams, mode: Mode,
-                  console: Console | None = None, stop_token_ids: Iterable[int] = ()) -> list[int]:
+                  console: Console | None = None, stop_token_ids: Iterable[int] = (),
+                  stop: Sequence[str] = ()) -> list[int]:
     """Generate, filling ``state`` as rounds arrive; returns the token ids.
 
     Raises Interrupted (after restoring the terminal) on Ctrl-C.
     """
     console = console or Console()
-    stream = TextStream(target.token_to_piece)
     tokens: list[int] = []
 
     def consume() -> None:
-        for event in decoder.stream(prompt_tokens, max_tokens, sampling, stop_token_ids):
+        for event in stream_text(decoder, target.token_to_piece, prompt_tokens, max_tokens, sampling,
+                                 stop_token_ids=stop_token_ids, stop=stop):
             state.stats = event.stats.copy()  # a snapshot that matches the tokens shown
-            for token, origin in zip(event.tokens, event.origins):
-                piece = stream.push([token])
+            for piece, origin in event.pieces:
                 state.add(piece, origin)
-                if mode == "plain" and piece:
-                    sys.stdout.write(piece)
-            tokens.extend(event.tokens)
             if mode == "plain":
+                sys.stdout.write(event.text)
+                if event.stop_reason is not None:
+                    sys.stdout.write("\n")
                 sys.stdout.flush()
+            tokens.extend(event.tokens)
             state.stop_reason = event.stop_reason
-        tail = stream.flush()
-        state.add(tail, "target")
-        if mode == "plain":
-            sys.stdout.write(tail + "\n")
-            sys.stdout.flush()
 
     def consume_or_stop() -> None:
         try:

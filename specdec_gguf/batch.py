@@ -15,11 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from .chat import chat_prompt_tokens, end_of_turn_tokens, load_chat_template, require_template
 from .config import BatchConfig, Prompt, RunSettings
 from .decoder import SpeculativeDecoder
 from .engine import SpeculativeEngine
 from .errors import SpecDecError
 from .factory import make_decoder, open_engine
+from .textgen import stream_text
 
 
 class ResultsFile:
@@ -135,12 +137,19 @@ class BatchRunner:
 
     def run_one(self, item: BatchItem) -> dict[str, Any]:
         target = self.target
-        text = target.format_chat(item.prompt.text) if self.config.chat else item.prompt.text
-        prompt_tokens = target.tokenize(text, add_bos=True, special=self.config.chat)
+        stop_ids: frozenset[int] = frozenset()
+        if self.config.chat:
+            formatter = require_template(load_chat_template(target), target)
+            prompt_tokens = chat_prompt_tokens(target, formatter.render([{"role": "user", "content": item.prompt.text}]))
+            stop_ids = end_of_turn_tokens(formatter, target)
+        else:
+            prompt_tokens = target.tokenize(item.prompt.text, add_bos=True)
         decoder: SpeculativeDecoder = self.decoders[item.run.name]
-        result = decoder.generate(prompt_tokens, item.run.max_tokens, item.run.sampling)
-        return {"run": item.run.name, "id": item.prompt.id, "text": target.detokenize(result.tokens),
-                "tokens": result.tokens, "stop_reason": result.stop_reason, "stats": result.stats.as_dict()}
+        events = list(stream_text(decoder, target.token_to_piece, prompt_tokens, item.run.max_tokens,
+                                  item.run.sampling, stop_token_ids=stop_ids, stop=item.run.stop))
+        return {"run": item.run.name, "id": item.prompt.id, "text": "".join(e.text for e in events),
+                "tokens": [t for e in events for t in e.tokens], "stop_reason": events[-1].stop_reason,
+                "stats": events[-1].stats.as_dict()}
 
     def close(self) -> None:
         for engine in (self.draft, self.target):

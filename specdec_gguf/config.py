@@ -18,6 +18,7 @@ from typing import Any, Literal
 from .errors import ConfigError
 from .sampling import SamplingParams
 from .settings import DrafterSettings, EngineSettings
+from .stopping import check_stop_strings
 
 @dataclass(frozen=True)
 class RunSettings:
@@ -27,6 +28,7 @@ class RunSettings:
     drafter: DrafterSettings
     sampling: SamplingParams
     max_tokens: int = 256
+    stop: tuple[str, ...] = ()  # stop strings: generation ends where one appears in the text
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ class BatchConfig:
 
 
 _TOP_KEYS = {"target", "draft", "drafter", "sampling", "runs", "prompts", "prompts_file", "output",
-             "max_tokens", "chat"}
+             "max_tokens", "chat", "stop"}
 
 
 def _describe(tp: Any) -> str:
@@ -166,6 +168,13 @@ def read_prompts_jsonl(file: Path, where: str) -> list[Prompt]:
     return prompts
 
 
+def _stop_strings(value: Any, where: str) -> tuple[str, ...]:
+    try:
+        return check_stop_strings(value, "stop")
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {err}") from None
+
+
 def load_batch_config(path: str | Path, *, require_prompts: bool = True) -> BatchConfig:
     """Read and validate a batch config file (``specdec run --config`` needs no prompts)."""
     path = Path(path)
@@ -182,6 +191,7 @@ def load_batch_config(path: str | Path, *, require_prompts: bool = True) -> Batc
     max_tokens = data.get("max_tokens", 256)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ConfigError(f"{path}: max_tokens = {max_tokens!r} must be an integer >= 1")
+    stop = _stop_strings(data.get("stop", []), str(path))
     default_drafter = data.get("drafter", {})
     run_tables = data.get("runs") or [{"name": "default"}]
     runs = []
@@ -193,10 +203,11 @@ def load_batch_config(path: str | Path, *, require_prompts: bool = True) -> Batc
         name = table.pop("name")
         run_sampling = {**sampling_table, **table.pop("sampling", {})}
         run_max = table.pop("max_tokens", max_tokens)
+        run_stop = _stop_strings(table.pop("stop"), where) if "stop" in table else stop
         drafter = drafter_settings({**default_drafter, **table}, where, base)
         if drafter.kind == "draft-model" and draft is None:
             raise ConfigError(f"{where}: kind = 'draft-model' needs a [draft] table with the draft model")
-        runs.append(RunSettings(name=name, drafter=drafter, max_tokens=run_max,
+        runs.append(RunSettings(name=name, drafter=drafter, max_tokens=run_max, stop=run_stop,
                                 sampling=sampling_params(run_sampling, f"{where}: sampling", base)))
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
