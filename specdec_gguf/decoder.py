@@ -110,6 +110,8 @@ class SpeculativeDecoder:
         policy, rng = VerificationPolicy.from_sampling(params), params.rng()
         stats = SpecStats(prompt_tokens=len(prompt))
         context = list(prompt)  # committed tokens; the cache holds all but the last (the anchor)
+        mirror = np.zeros(min(target.n_ctx, len(prompt) + max_new_tokens), dtype=np.int32)  # context as an array
+        mirror[: len(prompt)] = prompt
         try:
             t0 = perf_counter()
             self._prefill(prompt[:-1])
@@ -144,6 +146,7 @@ class SpeculativeDecoder:
                         stop_reason = "stop_token" if t in stops else "eog"
                         del new[i:], origins[i:]
                         break
+                mirror[len(context):len(context) + len(new)] = new
                 context.extend(new)
                 target.reset(len(context) - 1)
                 if drafter is not None:
@@ -162,6 +165,12 @@ class SpeculativeDecoder:
                 yield RoundEvent(tuple(new), tuple(origins), stats, stop_reason)
                 if stop_reason is not None:
                     return
+                if not _holds(target, mirror[: len(context) - 1]):
+                    self._resync(context)  # another generation used the engine while this one was paused
+        except GeneratorExit:
+            # Closed (or garbage-collected) while paused at a yield: the caches were consistent
+            # then, and may since belong to another generation or a closed engine. Touch nothing.
+            raise
         except BaseException:
             self._restore(context)
             raise
@@ -172,6 +181,12 @@ class SpeculativeDecoder:
         self.target.reset(keep)
         if len(prefix) > keep:
             self.target.advance(prefix[keep:])
+
+    def _resync(self, context: list[int]) -> None:
+        """Make the target's cache (and the drafter, with its draft model's cache) follow ``context`` again."""
+        self._prefill(context[:-1])
+        if self.drafter is not None:
+            self.drafter.start(context)
 
     def _restore(self, context: list[int]) -> None:
         """After an error, leave both engines at the committed context (best effort)."""
@@ -184,6 +199,11 @@ class SpeculativeDecoder:
                 self.drafter.rollback()
             except SpecDecError:
                 pass
+
+
+def _holds(engine: SpeculativeEngine, committed: np.ndarray) -> bool:
+    """Whether the engine's cache is exactly ``committed`` (its own record, compared in one numpy pass)."""
+    return engine.n_past == len(committed) and bool(np.array_equal(engine.tokens, committed))
 
 
 def _fit_to_target(proposal: DraftProposal, n_vocab: int) -> DraftProposal:

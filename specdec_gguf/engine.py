@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, EngineError
 
 if TYPE_CHECKING:
     from .proposal import DraftProposal, VerificationPolicy
@@ -105,14 +105,24 @@ class EngineBase:
         return self.forward_argmax(tokens) if greedy else self.forward_logits(tokens)  # type: ignore[attr-defined]
 
     def forward_last_argmax(self, tokens: Sequence[int]) -> int:
-        if len(tokens) > 1:
-            self.advance(tokens[:-1])  # type: ignore[attr-defined]
-        return int(self.forward_argmax(tokens[-1:])[0])  # type: ignore[attr-defined]
+        return int(self._advance_then(tokens, self.forward_argmax)[0])  # type: ignore[attr-defined]
 
     def forward_last_logits(self, tokens: Sequence[int]) -> np.ndarray:
+        return self._advance_then(tokens, self.forward_logits)[0]  # type: ignore[attr-defined]
+
+    def _advance_then(self, tokens: Sequence[int], forward) -> np.ndarray:
+        """``advance(tokens[:-1])`` then ``forward(tokens[-1:])``, as one call: on failure the cache is as before."""
+        if len(tokens) == 0:
+            raise EngineError("forward_last_* needs at least one token")
+        start = self.n_past  # type: ignore[attr-defined]
         if len(tokens) > 1:
             self.advance(tokens[:-1])  # type: ignore[attr-defined]
-        return self.forward_logits(tokens[-1:])[0]  # type: ignore[attr-defined]
+        try:
+            return forward(tokens[-1:])
+        except BaseException:
+            if self.n_past > start:  # type: ignore[attr-defined]
+                self.reset(start)  # type: ignore[attr-defined]
+            raise
 
     def is_eog(self, token: int) -> bool:
         return False
@@ -183,6 +193,29 @@ class TextModel(SpeculativeEngine, Protocol):
     def token_texts(self) -> Sequence[bytes]:
         """Every token's text, by id."""
         ...
+
+
+def token_array(tokens: Sequence[int], n_vocab: int, what: str = "token") -> np.ndarray:
+    """``tokens`` as int32 ids, or EngineError naming the first id outside ``[0, n_vocab)``.
+
+    Engines call this before a backend sees the ids: llama.cpp aborts on some bad ids,
+    and ids past int32 would otherwise wrap or overflow inside numpy.
+    """
+    try:
+        ids = np.asarray(tokens)
+    except (TypeError, ValueError, OverflowError):
+        ids = np.asarray(tokens, dtype=object)
+    if ids.size == 0:
+        return np.empty(0, dtype=np.int32)
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+        if ids.ndim == 1 and ids.dtype == object and all(isinstance(t, int) for t in ids):
+            bad = next(t for t in ids if not 0 <= t < n_vocab)  # ints past int64
+            raise EngineError(f"{what} id {bad} is outside the vocabulary [0, {n_vocab})")
+        raise EngineError(f"{what} ids must be a flat sequence of integers, got {np.asarray(tokens, dtype=object)!r}")
+    if int(ids.min()) < 0 or int(ids.max()) >= n_vocab:
+        bad = int(ids[(ids < 0) | (ids >= n_vocab)][0])
+        raise EngineError(f"{what} id {bad} is outside the vocabulary [0, {n_vocab})")
+    return ids.astype(np.int32, copy=False)
 
 
 def check_tokens(tokens: Sequence[int], n_vocab: int, what: str = "token") -> None:

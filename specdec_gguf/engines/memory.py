@@ -11,7 +11,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..engine import EngineBase, check_tokens
+from ..engine import EngineBase, token_array
 from ..errors import EngineError
 
 
@@ -46,6 +46,7 @@ class InMemoryEngine(EngineBase):
         self.calls = 0
         self.fail_at_call: int | None = None
         self._out = np.empty((0, self.n_vocab), dtype=np.float32)  # the reused logits buffer
+        self._closed = False
 
     @classmethod
     def random(cls, vocab_size: int, *, seed: int, n_ctx: int = 4096, sharpness: float = 3.0,
@@ -84,10 +85,19 @@ class InMemoryEngine(EngineBase):
         """The tokens in the KV cache (for tests)."""
         return tuple(self._tokens)
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineError("the in-memory engine is closed")
+
+    def close(self) -> None:
+        self._closed = True
+
     def is_eog(self, token: int) -> bool:
+        self._check_open()
         return token in self.eog_token_ids
 
     def reset(self, n_past: int) -> None:
+        self._check_open()
         if not 0 <= n_past <= len(self._tokens):
             raise EngineError(f"reset({n_past}) outside [0, {len(self._tokens)}]")
         del self._tokens[n_past:]
@@ -118,7 +128,8 @@ class InMemoryEngine(EngineBase):
         return self.sharpness * (self._table_last[context[-1]] + 0.5 * self._table_prev[prev])
 
     def _append(self, tokens: Sequence[int]) -> None:
-        check_tokens(tokens, self.n_vocab)
+        self._check_open()
+        tokens = token_array(tokens, self.n_vocab).tolist()
         if len(self._tokens) + len(tokens) > self._n_ctx:
             raise EngineError(
                 f"context full: {len(self._tokens)} + {len(tokens)} tokens > n_ctx={self._n_ctx}")

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..engine import EngineBase
+from ..engine import EngineBase, token_array
 from ..errors import EngineError
 from ..modelfile import validate_gguf
 from ..settings import EngineSettings
@@ -208,7 +208,12 @@ class ProcessEngine(EngineBase):
     def n_past(self) -> int:
         return self._n_past
 
+    def _check_open(self) -> None:
+        if self._proc is None:
+            raise EngineError(f"{self.model_path}: the engine process is closed")
+
     def reset(self, n_past: int) -> None:
+        self._check_open()
         if not 0 <= n_past <= self._n_past:
             raise EngineError(f"reset({n_past}) outside [0, n_past={self._n_past}]")
         if n_past != self._n_past:
@@ -223,12 +228,15 @@ class ProcessEngine(EngineBase):
         return view
 
     def _forward(self, op: int, tokens: Sequence[int]) -> bytes:
-        body = self._request(op, wire.tokens_payload(tokens))
-        self._history[self._n_past:self._n_past + len(tokens)] = tokens
-        self._n_past += len(tokens)
+        self._check_open()
+        ids = token_array(tokens, self.n_vocab, f"{self.model_path}: token")  # ids past int32 can't be sent
+        body = self._request(op, wire.tokens_payload(ids))
+        self._history[self._n_past:self._n_past + len(ids)] = ids
+        self._n_past += len(ids)
         return body
 
     def advance(self, tokens: Sequence[int]) -> None:
+        self._check_open()
         if len(tokens):
             self._forward(wire.OP_ADVANCE, tokens)
 
@@ -237,12 +245,14 @@ class ProcessEngine(EngineBase):
 
     def forward_logits(self, tokens: Sequence[int]) -> np.ndarray:
         """Logits rows as a view of the shared mapping, valid until the next call."""
+        self._check_open()
         n = len(tokens)
         self._ensure_rows(n)
         self._forward(wire.OP_LOGITS, tokens)
         return np.frombuffer(self._shm, dtype=np.float32, count=n * self.n_vocab).reshape(n, self.n_vocab)
 
     def is_eog(self, token: int) -> bool:
+        self._check_open()
         return token in self._eog
 
     # -- vocabulary ----------------------------------------------------------------------------
@@ -253,6 +263,7 @@ class ProcessEngine(EngineBase):
         return self._call("tokenize", text, add_bos, special)
 
     def token_to_piece(self, token: int, special: bool = False) -> bytes:
+        self._check_open()
         piece = self._pieces.get(token) if not special else None
         if piece is None:
             piece = bytes.fromhex(self._call("token_to_piece", int(token), special))
@@ -261,6 +272,7 @@ class ProcessEngine(EngineBase):
         return piece
 
     def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
+        self._check_open()
         return b"".join(self.token_to_piece(t, special) for t in tokens).decode("utf-8", errors="replace")
 
     def format_chat(self, user_text: str) -> str:

@@ -15,7 +15,7 @@ from typing import Sequence
 import llama_cpp as lc
 import numpy as np
 
-from ...engine import EngineBase
+from ...engine import EngineBase, token_array
 from ...errors import EngineError, RollbackUnsupportedError
 from ...modelfile import RECURRENT_ARCHES, validate_gguf
 from ...settings import EngineSettings
@@ -209,6 +209,8 @@ class LlamaCppEngine(EngineBase):
         return np.argmax(self.forward_logits(tokens), axis=1).astype(np.int32)
 
     def forward_last_logits(self, tokens: Sequence[int]) -> np.ndarray:
+        if len(tokens) == 0:
+            raise EngineError("forward_last_* needs at least one token")
         if self.rollback_mode == "checkpoint":
             self._save_checkpoint()
         return self._decode(tokens, first_logit=len(tokens) - 1)[0]  # [V] view, one pass
@@ -217,6 +219,7 @@ class LlamaCppEngine(EngineBase):
         return int(np.argmax(self.forward_last_logits(tokens)))
 
     def is_eog(self, token: int) -> bool:
+        self._check_open()
         return self.vocab.is_eog(token)
 
     def _save_checkpoint(self) -> None:
@@ -227,15 +230,12 @@ class LlamaCppEngine(EngineBase):
     def _decode(self, tokens: Sequence[int], *, first_logit: int) -> np.ndarray:
         """One pass over ``tokens``; logits for positions >= ``first_logit`` (``[n - first_logit, V]``)."""
         self._check_open()
-        toks = np.asarray(tokens, dtype=np.int32)
+        # llama.cpp aborts on some out-of-range ids instead of returning an error: check first.
+        toks = token_array(tokens, self._n_vocab, f"{self.model_path}: token")
         n = toks.shape[0]
         want = n - first_logit  # rows of logits to return
         if n == 0:
             return np.empty((0, self._n_vocab), dtype=np.float32)
-        # llama.cpp aborts on some out-of-range ids instead of returning an error: check first.
-        if int(toks.min()) < 0 or int(toks.max()) >= self._n_vocab:
-            bad = int(toks[(toks < 0) | (toks >= self._n_vocab)][0])
-            raise EngineError(f"{self.model_path}: token id {bad} is outside the vocabulary [0, {self._n_vocab})")
         if self._n_past + n > self._n_ctx:
             raise EngineError(f"context full: {self._n_past} + {n} tokens > n_ctx={self._n_ctx}")
         out = None
@@ -304,12 +304,17 @@ class LlamaCppEngine(EngineBase):
         self._check_open()
         return self.vocab.chat_template
 
-    bos_token = property(lambda self: self.vocab.bos_token)
-    eos_token = property(lambda self: self.vocab.eos_token)
-    add_bos = property(lambda self: self.vocab.add_bos)
-    add_eos = property(lambda self: self.vocab.add_eos)
-    vocab_type = property(lambda self: self.vocab.vocab_type)
-    token_texts = property(lambda self: self.vocab.token_texts)
+    def _open_vocab(self) -> LlamaVocab:
+        """The vocabulary, which lives inside the model: reading it after close() would touch freed memory."""
+        self._check_open()
+        return self.vocab
+
+    bos_token = property(lambda self: self._open_vocab().bos_token)
+    eos_token = property(lambda self: self._open_vocab().eos_token)
+    add_bos = property(lambda self: self._open_vocab().add_bos)
+    add_eos = property(lambda self: self._open_vocab().add_eos)
+    vocab_type = property(lambda self: self._open_vocab().vocab_type)
+    token_texts = property(lambda self: self._open_vocab().token_texts)
 
     # -- lifetime -------------------------------------------------------------------------------
     def close(self) -> None:

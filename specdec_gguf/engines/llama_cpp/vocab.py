@@ -27,7 +27,7 @@ class LlamaVocab:
         return token
 
     def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
-        data = text.encode("utf-8")
+        data = _utf8(text, self.what)
         cap = len(data) + 8
         buf = (lc.llama_token * cap)()
         n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos, special)
@@ -108,7 +108,11 @@ def apply_chat_template(template: bytes | str, messages: Sequence[tuple[str, str
     ``template`` is a built-in name or a Jinja source that llama.cpp recognises by its markers.
     """
     raw = template.encode() if isinstance(template, str) else template
-    encoded = [(role.encode("utf-8"), content.encode("utf-8")) for role, content in messages]
+    encoded = [(_utf8(role, what), _utf8(content, what)) for role, content in messages]
+    for (_, content), (_, text) in zip(encoded, messages):
+        if b"\0" in content:  # llama.cpp takes C strings: everything after a NUL would silently vanish
+            raise EngineError(f"{what}: the prompt contains a NUL character (at character {text.index(chr(0))}); "
+                              "llama.cpp's chat templates cannot take it")
     chat = (lc.llama_chat_message * max(len(encoded), 1))(
         *(lc.llama_chat_message(role, content) for role, content in encoded))
     cap = 2 * sum(len(r) + len(c) for r, c in encoded) + 512
@@ -120,3 +124,11 @@ def apply_chat_template(template: bytes | str, messages: Sequence[tuple[str, str
     if n < 0:
         raise EngineError(f"{what}: llama.cpp does not support this chat template")
     return buf.raw[:n].decode("utf-8", errors="replace")
+
+
+def _utf8(text: str, what: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as err:  # a lone surrogate, e.g. from undecodable bytes in a file name
+        raise EngineError(f"{what}: the text is not valid Unicode ({err.reason}: {text[err.start]!r} "
+                          f"at character {err.start})") from None
