@@ -7,6 +7,7 @@ import typer
 from .backends import backends
 from .batch import batch
 from .bench import bench
+from .calibrate import calibrate
 from .demo import demo
 from .inspect_cmd import inspect
 from .run import run
@@ -16,7 +17,7 @@ app = typer.Typer(
     name="specdec", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
     help="Speculative decoding for GGUF models on llama.cpp: exact output, faster generation.",
 )
-for command in (run, batch, bench, inspect, tiny, demo, backends):
+for command in (run, batch, bench, calibrate, inspect, tiny, demo, backends):
     app.command()(command)
 
 

@@ -12,18 +12,21 @@ from rich.console import Console
 from rich.table import Table
 
 from specdec_gguf import ConfigError
-from specdec_gguf.benchmark import (PEER_NAME, Strategy, measure_cost_curve, peer_strategy, run_peer_trials,
+from specdec_gguf.benchmark import (PEER_NAME, Strategy, StrategyReport, geomean, peer_strategy, run_peer_trials,
                                      run_trials, summarize)
-from specdec_gguf.config import DrafterSettings, EngineSettings, read_prompts_jsonl
+from specdec_gguf.config import read_prompts_jsonl
 from specdec_gguf.factory import open_engine
-from specdec_gguf.prompts import BENCH_PROMPTS
+from specdec_gguf.profile import profile_for
+from specdec_gguf.prompts import PROMPT_SETS
+from specdec_gguf.settings import DrafterSettings, EngineSettings
 
 from .common import err_console, handle_errors, stdout_is_tty
 
 BAR = 30
+PEERS = ("llama-cpp-python", "llama.cpp")
 
 
-def strategies_for(draft: bool, prompt_lookup: bool, ks: list[int], adaptive_k: int,
+def strategies_for(draft: bool, prompt_lookup: bool, ks: list[int], adaptive_k: int | None,
                    ngram_max: int) -> list[Strategy]:
     out = [Strategy("plain", DrafterSettings(kind="none"))]
     kinds = (["draft-model"] if draft else []) + (["prompt-lookup"] if prompt_lookup else [])
@@ -37,79 +40,105 @@ def strategies_for(draft: bool, prompt_lookup: bool, ks: list[int], adaptive_k: 
     return out
 
 
-def render_reports(reports) -> Table:
-    table = Table(title="specdec bench (greedy)", header_style="bold")
-    for col in ("strategy", "median tok/s", "vs plain", "acceptance", "tokens/pass", "optimum", "of optimum",
+def _x(value: float | None) -> str:
+    return f"{value:.2f}x" if value else "-"
+
+
+def render_reports(reports: list[StrategyReport], cold: bool) -> Table:
+    table = Table(title=f"specdec bench (greedy, {'cold: a fresh decoder per trial' if cold else 'warm decoders'})",
+                  header_style="bold")
+    for col in ("strategy", "median tok/s", "vs plain", "acceptance", "tokens/pass", "vs best fixed k",
                 "same as plain", "python share"):
         table.add_column(col, justify="left" if col == "strategy" else "right", no_wrap=True)
     for r in reports:
-        table.add_row(r.name, f"{r.median_throughput:.1f}", f"{r.speedup:.2f}x",
-                      f"{r.acceptance_rate:.1%}" if r.name not in ("plain", PEER_NAME) else "-",
-                      f"{r.tokens_per_target_pass:.2f}" if r.name != PEER_NAME else "-",
-                      f"{r.predicted_optimum:.2f}x" if r.predicted_optimum else "-",
-                      f"{r.share_of_optimum:.0%}" if r.share_of_optimum else "-",
-                      f"{r.greedy_match:.0%}" if r.greedy_match is not None else "-",
+        ours = r.greedy_match is not None
+        table.add_row(r.name, f"{r.median_throughput:.1f}", _x(r.speedup),
+                      f"{r.acceptance_rate:.1%}" if ours and r.name != "plain" else "-",
+                      f"{r.tokens_per_target_pass:.2f}" if ours else "-", _x(r.vs_best_fixed_geomean),
+                      f"{r.greedy_match:.0%}" if ours else "-",
                       f"{r.python_share:.1%}" if r.python_share is not None else "-")
     return table
 
 
-def per_prompt_table(reports) -> Table:
-    """Speed-up over plain decoding per prompt and strategy."""
+def per_prompt_table(reports: list[StrategyReport]) -> Table:
+    """Speed-up over plain decoding per prompt and strategy, and adaptive against the best fixed k."""
     prompt_ids = list(reports[0].per_prompt_speedup) if reports else []
     table = Table(title="speed-up over plain, per prompt", header_style="bold")
     table.add_column("strategy", no_wrap=True)
     for pid in prompt_ids:
         table.add_column(pid, justify="right", no_wrap=True)
     for r in reports:
-        table.add_row(r.name, *(f"{r.per_prompt_speedup[pid]:.2f}x" for pid in prompt_ids))
+        table.add_row(r.name, *(_x(r.per_prompt_speedup.get(pid)) for pid in prompt_ids))
+    for r in reports:
+        if r.vs_best_fixed:
+            table.add_row(f"{r.name} / best fixed k", *(_x(r.vs_best_fixed.get(pid)) for pid in prompt_ids),
+                          style="dim")
     return table
 
 
-def speedup_chart(reports) -> list[str]:
+def speedup_chart(reports: list[StrategyReport]) -> list[str]:
     lines = ["speed-up over plain decoding:"]
     top = max([r.speedup for r in reports] + [1.0])
     for r in reports:
         n = round(r.speedup / top * BAR)
-        lines.append(f"  {r.name:<24} {'█' * n}{' ' * (BAR - n)} {r.speedup:.2f}x")
+        lines.append(f"  {r.name:<26} {'█' * n}{' ' * (BAR - n)} {r.speedup:.2f}x")
     return lines
 
 
 @handle_errors
 def bench(
     model: Annotated[Path, typer.Option("-m", "--model", help="Target GGUF model.")],
-    draft_model: Annotated[Optional[Path], typer.Option("-md", "--draft-model", help="Draft model strategies.")] = None,
+    draft_model: Annotated[Optional[Path], typer.Option("-md", "--draft-model", "--model-draft", help="Draft model strategies.")] = None,
     prompt_lookup: Annotated[bool, typer.Option("--prompt-lookup/--no-prompt-lookup", help="Prompt lookup strategies.")] = True,
     ks: Annotated[str, typer.Option("--k", help="Fixed k values to sweep, comma-separated.")] = "1,2,4,8",
-    adaptive_k: Annotated[int, typer.Option("--adaptive-k", help="Largest k the adaptive schedule may choose.")] = 8,
+    adaptive_k: Annotated[Optional[int], typer.Option("--adaptive-k", help="Largest k the adaptive schedule may choose (default: 8 draft model, 16 lookup).")] = None,
     ngram_max: Annotated[int, typer.Option("--ngram-max")] = 3,
-    prompts_file: Annotated[Optional[Path], typer.Option("--prompts", help="JSONL prompts (id, text); default: the built-in set.")] = None,
+    prompt_set: Annotated[str, typer.Option("--set", help=f"Built-in prompts: {', '.join(PROMPT_SETS)}.")] = "default",
+    prompts_file: Annotated[Optional[Path], typer.Option("--prompts", help="JSONL prompts (id, text) instead of a built-in set.")] = None,
     only: Annotated[Optional[str], typer.Option("--only", help="Comma-separated prompt ids to run.")] = None,
-    max_tokens: Annotated[int, typer.Option("-n", "--max-tokens")] = 128,
+    max_tokens: Annotated[int, typer.Option("-n", "--max-tokens", help="Tokens per answer (64: short chat answers).")] = 128,
     repeats: Annotated[int, typer.Option("--repeats", help="Interleaved repeats per prompt.")] = 3,
+    cold: Annotated[bool, typer.Option("--cold/--warm", help="A fresh decoder per trial, as `specdec run` (default), or one per strategy for all trials.")] = True,
     ctx_size: Annotated[int, typer.Option("-c", "--ctx-size")] = 2048,
-    threads: Annotated[Optional[int], typer.Option("-t", "--threads")] = None,
+    threads: Annotated[Optional[int], typer.Option("-t", "--threads", help="CPU threads (fewer threads stand in for a slower machine).")] = None,
     n_gpu_layers: Annotated[int, typer.Option("-ngl", "--n-gpu-layers")] = 0,
-    draft_n_gpu_layers: Annotated[int, typer.Option("-ngld", "--draft-n-gpu-layers")] = 0,
-    peer: Annotated[Optional[str], typer.Option("--peer", help="Add a peer implementation: llama-cpp-python.")] = None,
+    draft_n_gpu_layers: Annotated[int, typer.Option("-ngld", "--n-gpu-layers-draft", "--draft-n-gpu-layers")] = 0,
+    peer: Annotated[Optional[list[str]], typer.Option("--peer", help="Add another implementation: llama-cpp-python, llama.cpp (repeatable).")] = None,
+    peer_bin: Annotated[Optional[Path], typer.Option("--peer-bin", help="llama.cpp's llama-speculative-simple (default: on PATH).")] = None,
+    profile_cache: Annotated[bool, typer.Option("--profile-cache/--no-profile-cache", help="Read/write cost profiles in the user cache.")] = True,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable results.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose")] = False,
 ) -> None:
-    """Measure plain decoding against speculative strategies on the same prompts."""
+    """Measure plain decoding against speculative strategies (and other implementations) on the same prompts."""
     try:
         k_values = [int(k) for k in ks.split(",") if k.strip()]
     except ValueError:
         raise ConfigError(f"--k {ks!r} must be comma-separated integers") from None
     if any(k < 1 for k in k_values) or repeats < 1 or max_tokens < 1:
         raise ConfigError(f"--k values ({ks}), --repeats ({repeats}) and -n ({max_tokens}) must be >= 1")
-    if peer not in (None, "llama-cpp-python"):
-        raise ConfigError(f"--peer {peer!r}: the only peer is 'llama-cpp-python'")
+    peers = list(peer or [])
+    for p in peers:
+        if p not in PEERS:
+            raise ConfigError(f"--peer {p!r} must be one of {list(PEERS)}")
+    if prompt_set not in PROMPT_SETS:
+        raise ConfigError(f"--set {prompt_set!r} must be one of {list(PROMPT_SETS)}")
     prompts = ([(p.id, p.text) for p in read_prompts_jsonl(prompts_file, "--prompts")] if prompts_file
-               else [(pid, text) for pid, _, text in BENCH_PROMPTS])
+               else [(pid, text) for pid, _, text in PROMPT_SETS[prompt_set]])
     if only:
         wanted = only.split(",")
         prompts = [p for p in prompts if p[0] in wanted]
         if not prompts:
             raise ConfigError(f"--only {only!r} matches no prompt id")
+    llama_peers = []
+    if "llama.cpp" in peers:
+        from specdec_gguf.peers import NGRAM_MODES, LlamaCppPeer, find_llama_speculative
+
+        binary = find_llama_speculative(peer_bin)
+        if prompt_lookup:
+            llama_peers += [LlamaCppPeer(binary, model, mode, threads=threads, n_ctx=ctx_size) for mode in NGRAM_MODES]
+        if draft_model:
+            llama_peers.append(LlamaCppPeer(binary, model, "draft-simple", draft=draft_model, threads=threads,
+                                            draft_max=adaptive_k or 8, n_ctx=ctx_size))
     target = open_engine(EngineSettings(model=model, n_ctx=ctx_size, n_threads=threads,
                                         n_gpu_layers=n_gpu_layers), verbose=verbose)
     draft = None
@@ -119,36 +148,52 @@ def bench(
                                                n_gpu_layers=draft_n_gpu_layers), verbose=verbose)
         strategies = strategies_for(draft is not None, prompt_lookup, k_values, adaptive_k, ngram_max)
         tokenized = [(pid, target.tokenize(text)) for pid, text in prompts]
-        curve = measure_cost_curve(target, tokenized[0][1], sorted({1, *(k + 1 for k in k_values)}))
+        profile = profile_for(target, use_cache=profile_cache)
         progress = err_console if not json_out else None
-        trials = run_trials(target, draft, strategies, tokenized, max_tokens, repeats,
-                            on_trial=(lambda t: progress.print(f"  {t.prompt_id:<14} {t.strategy:<18} "
+        trials = run_trials(target, draft, strategies, tokenized, max_tokens, repeats, cold=cold,
+                            on_trial=(lambda t: progress.print(f"  {t.prompt_id:<16} {t.strategy:<22} "
                                                                f"{t.throughput:7.1f} tok/s", highlight=False, markup=False))
                             if progress else None)
     finally:
         for engine in (draft, target):
             if engine is not None:
                 engine.close()
-    if peer:
+    texts = dict(prompts)
+    if "llama-cpp-python" in peers:
         from specdec_gguf.engines.llama_cpp.peer import PeerPromptLookup
 
         peer_engine = PeerPromptLookup(model, n_ctx=ctx_size, n_threads=threads)
         try:
-            trials += run_peer_trials(peer_engine, tokenized, max_tokens, repeats)
+            peer_engine.generate(tokenized[0][1], min(16, max_tokens))  # warm-up
+            trials += run_peer_trials(PEER_NAME, lambda pid, toks: peer_engine.generate(toks, max_tokens)[1],
+                                      tokenized, repeats)
         finally:
             peer_engine.close()
         strategies.append(peer_strategy())
-    reports = summarize(trials, strategies, curve)
+    for p in llama_peers:
+        trials += run_peer_trials(p.name, lambda pid, toks, p=p: p.run(texts[pid], max_tokens).throughput,
+                                  tokenized, repeats)
+        strategies.append(peer_strategy(p.name))
+    reports = summarize(trials, strategies)
+    curve = profile.ratios() if profile else {}
     if json_out:
-        print(json.dumps({"reports": [dataclasses.asdict(r) for r in reports],
-                          "cost_curve_seconds": curve, "prompts": [p[0] for p in prompts],
-                          "max_tokens": max_tokens, "repeats": repeats}))
+        print(json.dumps({"reports": [dataclasses.asdict(r) for r in reports], "cost_ratios": curve,
+                          "prompts": [p[0] for p in prompts], "max_tokens": max_tokens, "repeats": repeats,
+                          "cold": cold, "threads": threads}))
         return
-    console = Console(highlight=False, width=None if stdout_is_tty() else 160)
-    console.print(render_reports(reports))
+    console = Console(highlight=False, width=None if stdout_is_tty() else 200)
+    console.print(render_reports(reports, cold))
     console.print(per_prompt_table(reports))
-    console.print("verify cost vs one-token pass: " + ", ".join(
-        f"{n}: {curve[n] / curve[1]:.2f}x" for n in sorted(curve)))
+    if curve:
+        console.print("verify cost vs one-token pass (profile): " + ", ".join(
+            f"{n}: {r:.2f}x" for n, r in sorted(curve.items())))
+    for r in reports:
+        if r.name.startswith("lookup adaptive") or r.name.startswith("draft adaptive"):
+            peers_of_kind = [x for x in reports if x.greedy_match is None]
+            for x in peers_of_kind:
+                ratios = [r.per_prompt_speedup[p] / x.per_prompt_speedup[p] for p in r.per_prompt_speedup
+                          if x.per_prompt_speedup.get(p)]
+                if ratios:
+                    console.print(f"{r.name} / {x.name}: {geomean(ratios):.2f}x (geomean over prompts)")
     for line in speedup_chart(reports):
         console.print(line)
-

@@ -44,7 +44,7 @@ def side_by_side(plain: LiveState, spec: LiveState) -> Table:
     table.add_column("plain decoding", ratio=1)
     table.add_column("speculative (adaptive prompt lookup)", ratio=1)
     table.add_row(render_text(plain, max_chars=600, max_lines=12), render_text(spec, max_chars=600, max_lines=12))
-    table.add_row(render_stats(plain.stats), render_stats(spec.stats))
+    table.add_row(render_stats(plain.stats), render_stats(spec.stats, drafter=True))
     return table
 
 
@@ -63,18 +63,19 @@ def demo(
         prompt = target.tokenize(DEMO_PROMPT)
         mode = "live" if stdout_is_tty() and not no_live else "plain"
         results = []
+        # Warm llama.cpp up (buffers, threads) with a throw-away decoder; each measured run then starts
+        # cold, as `specdec run` does: the speculative one knows only the cached cost profile.
+        make_decoder(target, DrafterSettings(kind="none")).generate(prompt, 32)
         for title, settings in (("plain decoding", DrafterSettings(kind="none")),
-                                ("speculative: adaptive prompt lookup",
-                                 DrafterSettings(kind="prompt-lookup", num_draft_tokens=16, adaptive=True))):
+                                ("speculative: adaptive prompt lookup", DrafterSettings(kind="prompt-lookup"))):
             decoder = make_decoder(target, settings)
-            decoder.generate(prompt, 128)  # warm-up: caches, threads, and the schedule learns the costs
-            state = LiveState(title=f"{label} · {title}")
+            state = LiveState(title=f"{label} · {title}", drafting=settings.kind != "none")
             console.rule(title)
             try:
                 tokens = generate_into(state, decoder, target, prompt, max_tokens, SamplingParams(), mode, console)
             except Interrupted:
                 raise typer.Exit(130) from None
-            for line in summary_lines(state.stats, state.stop_reason):
+            for line in summary_lines(state.stats, state.stop_reason, state.drafting):
                 console.print(line)
             results.append((state, tokens))
         (plain, plain_tokens), (spec, spec_tokens) = results

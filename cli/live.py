@@ -31,6 +31,7 @@ class LiveState:
     stats: SpecStats = field(default_factory=SpecStats)
     segments: list[tuple[str, str]] = field(default_factory=list)
     stop_reason: str | None = None
+    drafting: bool = False  # a drafter was configured (so "nothing drafted" is worth saying)
 
     def add(self, text: str, origin: str) -> None:
         if not text:
@@ -78,11 +79,16 @@ def render_text(state: LiveState, max_chars: int = MAX_SHOWN_CHARS, max_lines: i
     return text
 
 
-def render_stats(stats: SpecStats) -> Table:
+NOTHING_DRAFTED = "nothing verified: no drafted token was likely enough to pay for its place in a pass"
+
+
+def render_stats(stats: SpecStats, drafter: bool = False) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
     drafting = stats.drafted > 0
+    if drafter and not drafting:
+        table.add_row("acceptance rate", f"-  ({NOTHING_DRAFTED})")
     if drafting:
         table.add_row("acceptance rate", f"{stats.acceptance_rate:.1%}  ({stats.accepted}/{stats.drafted} drafted)")
         table.add_row("mean accepted length", f"{stats.mean_accepted_length:.2f}")
@@ -127,14 +133,16 @@ def render(state: LiveState, max_chars: int = MAX_SHOWN_CHARS, max_lines: int | 
     subtitle = f"stopped: {state.stop_reason}" if state.stop_reason else "generating…"
     return Group(
         Panel(render_text(state, max_chars, max_lines), title=state.title, subtitle=subtitle, border_style="blue"),
-        Panel(render_stats(state.stats), title="speculation", border_style="magenta"),
+        Panel(render_stats(state.stats, state.drafting), title="speculation", border_style="magenta"),
         legend(),
     )
 
 
-def summary_lines(stats: SpecStats, stop_reason: str | None) -> list[str]:
+def summary_lines(stats: SpecStats, stop_reason: str | None, drafter: bool = False) -> list[str]:
     """The end-of-run report in plain text (also used when stdout is not a terminal)."""
     lines = []
+    if drafter and not stats.drafted:
+        lines.append(f"acceptance rate: - ({NOTHING_DRAFTED})")
     if stats.drafted:
         lines.append(f"acceptance rate: {stats.acceptance_rate:.1%} "
                      f"({stats.accepted} accepted / {stats.drafted} drafted)")

@@ -20,7 +20,7 @@ from .common import err_console, handle_errors, stdout_is_tty
 from .options import (CHAT, OUTPUT, AdaptiveOpt, ChatTemplateOpt, ConfigOpt, CtxSizeDraftOpt, CtxSizeOpt,
                       DeviceDraftOpt, DeviceOpt, DraftMinOpt, DraftModelOpt, DraftNGpuLayersOpt, DraftPMinOpt,
                       DraftPythonOpt, MaxTokensOpt, MinPOpt, ModelOpt, ModelSettings, NgramMaxOpt, NgramMinOpt,
-                      NGpuLayersOpt, NumDraftOpt, PromptLookupOpt, RpcOpt, SeedOpt, TargetPythonOpt, TempOpt,
+                      NGpuLayersOpt, NumDraftOpt, ProfileCacheOpt, PromptLookupOpt, RpcOpt, SeedOpt, TargetPythonOpt, TempOpt,
                       ThreadsDraftOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt, loaded_models, resolve_settings)
 from .live import LiveState, state_json, summary_lines
 from .stream import Interrupted, generate_into
@@ -78,6 +78,7 @@ def run(
     stop: Annotated[Optional[list[str]], typer.Option("--stop", help="Stop where this text appears (repeatable); the text ends before it.", rich_help_panel=OUTPUT)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object with text, tokens and stats.", rich_help_panel=OUTPUT)] = False,
     no_live: Annotated[bool, typer.Option("--no-live", help="Stream plain text instead of the live view.", rich_help_panel=OUTPUT)] = False,
+    profile_cache: ProfileCacheOpt = True,
     verbose: VerboseOpt = False,
 ) -> None:
     """Generate from a prompt with speculative decoding (plain decoding without a drafter)."""
@@ -94,7 +95,7 @@ def run(
     stop_strings = check_stop_strings(stop, "--stop") if stop else settings.stop
 
     with loaded_models(settings, verbose=verbose) as (target, draft):
-        decoder = make_decoder(target, settings.drafter, draft)
+        decoder = make_decoder(target, settings.drafter, draft, profile_cache=profile_cache)
         stop_ids: frozenset[int] = frozenset()
         if chat:
             formatter = require_template(load_chat_template(target, chat_template), target)
@@ -107,7 +108,7 @@ def run(
         mode = "quiet" if json_out else ("live" if stdout_is_tty() and not no_live else "plain")
         title = {"none": "plain decoding", "draft-model": f"draft model {settings.draft.model.name if settings.draft else ''}",
                  "prompt-lookup": "prompt lookup"}[settings.drafter.kind]
-        state = LiveState(title=f"{settings.target.model.name} · {title}")
+        state = LiveState(title=f"{settings.target.model.name} · {title}", drafting=settings.drafter.kind != "none")
         try:
             tokens = generate_into(state, decoder, target, prompt_tokens, n, settings.sampling, mode,
                                    stop_token_ids=stop_ids, stop=stop_strings)
@@ -129,6 +130,6 @@ def _report(state: LiveState, tokens: list[int], mode: str, json_out: bool, mode
         return
     if mode == "plain" and state.stop_reason == "interrupted":
         print()
-    for line in summary_lines(state.stats, state.stop_reason):
+    for line in summary_lines(state.stats, state.stop_reason, state.drafting):
         (err_console if mode == "plain" else Console()).print(line, highlight=False, soft_wrap=True)
 

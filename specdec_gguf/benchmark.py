@@ -1,34 +1,39 @@
 """Benchmarks: plain vs speculative strategies on the same loaded models, interleaved, with repeats.
 
-Speed lives here, never in unit tests. The cost model's optimum for a drafter is
-``max_k tokens_per_pass(k) / (verify(k + 1) / verify(1) + k * draft_per_token / verify(1))``
-over the fixed-k runs: measured acceptance and llama.cpp's measured pass costs, with
-zero Python overhead — what the hardware allows for that drafter.
+Speed lives here, never in unit tests. Trials are *cold* by default: a fresh decoder per
+trial, as `specdec run` starts (only the cached cost profile is known), so short answers
+count the price of learning. ``cold=False`` keeps one decoder per strategy across trials.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .config import DrafterSettings
-from .engine import SpeculativeEngine, TextModel
+from .engine import TextModel
 from .factory import make_decoder
 from .sampling import SamplingParams
+from .settings import DrafterSettings
 
 
 @dataclass(frozen=True)
 class Strategy:
-    """One way of generating, named for the report."""
+    """One way of generating, named for the report. ``peer`` strategies run another implementation."""
 
     name: str
     drafter: DrafterSettings
+    peer: bool = False
 
     @property
     def is_plain(self) -> bool:
-        return self.drafter.kind == "none"
+        return self.drafter.kind == "none" and not self.peer
+
+    @property
+    def is_fixed(self) -> bool:
+        return not self.peer and self.drafter.kind != "none" and not self.drafter.adaptive
 
 
 @dataclass(frozen=True)
@@ -51,16 +56,17 @@ class StrategyReport:
     speedup: float  # geometric mean over prompts of median(strategy) / median(plain)
     acceptance_rate: float
     tokens_per_target_pass: float
-    predicted_optimum: float | None = None  # speed-up the cost model allows for this drafter
-    share_of_optimum: float | None = None
     per_prompt_speedup: dict[str, float] = field(default_factory=dict)
+    # adaptive only: median throughput / the best fixed k of the same drafter, per prompt and geomean
+    vs_best_fixed: dict[str, float] = field(default_factory=dict)
+    vs_best_fixed_geomean: float | None = None
     greedy_match: float | None = None  # share of prompts whose output equals plain decoding's
     python_share: float | None = None  # median share of generation time outside llama_decode
 
 
-def measure_cost_curve(target: SpeculativeEngine, context: Sequence[int], sizes: Sequence[int],
+def measure_cost_curve(target: TextModel, context: Sequence[int], sizes: Sequence[int],
                        repeats: int = 5) -> dict[int, float]:
-    """Median seconds of one target pass over n tokens, for each n in ``sizes``."""
+    """Median seconds of one target pass over n tokens after ``context``, for each n in ``sizes``."""
     base = list(context[:-1])
     target.reset(0)
     target.advance(base)
@@ -73,28 +79,33 @@ def measure_cost_curve(target: SpeculativeEngine, context: Sequence[int], sizes:
             times.append(time.perf_counter() - t0)
             target.reset(len(base))
         curve[n] = statistics.median(times)
+    target.reset(0)
     return curve
 
 
 def run_trials(target: TextModel, draft: TextModel | None, strategies: Sequence[Strategy],
                prompts: Sequence[tuple[str, list[int]]], max_tokens: int, repeats: int,
-               sampling: SamplingParams = SamplingParams(),
+               sampling: SamplingParams = SamplingParams(), *, cold: bool = True,
                on_trial: Callable[[Trial], None] | None = None) -> list[Trial]:
-    """Every strategy on every prompt, interleaved (A B C A B C ...), after one warm-up each.
+    """Every (non-peer) strategy on every prompt, interleaved (A B C A B C ...), after a warm-up.
 
     End-of-generation tokens are ignored so every trial generates ``max_tokens`` tokens.
     """
-    decoders = {s.name: make_decoder(target, s.drafter, draft) for s in strategies}
-    warm_prompt = prompts[0][1]
-    for s in strategies:
-        decoders[s.name].generate(warm_prompt, min(16, max_tokens), sampling, ignore_eog=True)
+    ours = [s for s in strategies if not s.peer]
+    decoders = {s.name: make_decoder(target, s.drafter, draft) for s in ours}  # also caches cost profiles
+    make_decoder(target, DrafterSettings(kind="none")).generate(prompts[0][1], min(32, max_tokens), sampling,
+                                                                ignore_eog=True)  # warm llama.cpp up
+    if not cold:
+        for s in ours:
+            decoders[s.name].generate(prompts[0][1], min(16, max_tokens), sampling, ignore_eog=True)
     trials = []
     engines = [e for e in (target, draft) if e is not None]
     for rep in range(repeats):
         for prompt_id, tokens in prompts:
-            for s in strategies:
+            for s in ours:
+                decoder = make_decoder(target, s.drafter, draft) if cold else decoders[s.name]
                 decode_before = sum(e.decode_seconds for e in engines)
-                r = decoders[s.name].generate(tokens, max_tokens, sampling, ignore_eog=True)
+                r = decoder.generate(tokens, max_tokens, sampling, ignore_eog=True)
                 st = r.stats
                 # The prefill's decode time is not part of generation: subtract its share of this run.
                 decoded = sum(e.decode_seconds for e in engines) - decode_before
@@ -109,92 +120,69 @@ def run_trials(target: TextModel, draft: TextModel | None, strategies: Sequence[
     return trials
 
 
-def _geomean(values: list[float]) -> float:
+def geomean(values: Sequence[float]) -> float:
     values = [v for v in values if v > 0]
-    if not values:
-        return 0.0
-    product = 1.0
-    for v in values:
-        product *= v
-    return product ** (1 / len(values))
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else 0.0
 
 
-def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy],
-              cost_curve: dict[int, float] | None = None) -> list[StrategyReport]:
-    """Per-strategy medians, speed-up over plain, and distance to the cost model's optimum."""
+def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy]) -> list[StrategyReport]:
+    """Per-strategy medians, speed-up over plain, adaptive against the best fixed k per prompt."""
     prompt_ids = list(dict.fromkeys(t.prompt_id for t in trials))
     plain = next((s.name for s in strategies if s.is_plain), None)
+    present = {t.strategy for t in trials}
 
     def med(name: str, pid: str) -> float:
-        return statistics.median(t.throughput for t in trials if t.strategy == name and t.prompt_id == pid)
+        values = [t.throughput for t in trials if t.strategy == name and t.prompt_id == pid]
+        return statistics.median(values) if values else 0.0
 
-    def first_tokens(name: str, pid: str) -> tuple[int, ...]:
-        return next(t.tokens for t in trials if t.strategy == name and t.prompt_id == pid)
+    def first_tokens(name: str, pid: str) -> tuple[int, ...] | None:
+        return next((t.tokens for t in trials if t.strategy == name and t.prompt_id == pid), None)
 
+    best_fixed = {}  # (drafter kind, prompt) -> best fixed-k median throughput
+    for s in strategies:
+        if s.is_fixed and s.name in present:
+            for pid in prompt_ids:
+                key = (s.drafter.kind, pid)
+                best_fixed[key] = max(best_fixed.get(key, 0.0), med(s.name, pid))
     reports = []
     for s in strategies:
         mine = [t for t in trials if t.strategy == s.name]
+        if not mine:
+            continue
         per_prompt = {pid: (med(s.name, pid) / med(plain, pid) if plain and med(plain, pid) else 0.0)
                       for pid in prompt_ids}
+        vs_best = {}
+        if not s.peer and s.drafter.adaptive and s.drafter.kind != "none":
+            vs_best = {pid: med(s.name, pid) / best_fixed[(s.drafter.kind, pid)] for pid in prompt_ids
+                       if best_fixed.get((s.drafter.kind, pid))}
+        shares = [t.python_share for t in mine if t.python_share is not None]
+        plain_tokens = {pid: first_tokens(plain, pid) for pid in prompt_ids} if plain else {}
         reports.append(StrategyReport(
             name=s.name, median_throughput=statistics.median(t.throughput for t in mine),
-            speedup=_geomean(list(per_prompt.values())) if plain else 0.0,
+            speedup=geomean(list(per_prompt.values())) if plain else 0.0,
             acceptance_rate=statistics.mean(t.acceptance_rate for t in mine),
             tokens_per_target_pass=statistics.mean(t.tokens_per_target_pass for t in mine),
-            per_prompt_speedup=per_prompt,
-            python_share=statistics.median(shares) if (shares := [t.python_share for t in mine
-                                                                  if t.python_share is not None]) else None,
-            greedy_match=(sum(first_tokens(s.name, p) == first_tokens(plain, p) for p in prompt_ids)
-                          / len(prompt_ids)) if plain else None))
-    if cost_curve:
-        _attach_optimum(reports, strategies, trials, cost_curve)
+            per_prompt_speedup=per_prompt, vs_best_fixed=vs_best,
+            vs_best_fixed_geomean=geomean(list(vs_best.values())) if vs_best else None,
+            python_share=statistics.median(shares) if shares else None,
+            greedy_match=(sum(first_tokens(s.name, p) == plain_tokens[p] for p in prompt_ids) / len(prompt_ids))
+            if plain and not s.peer else None))
     return reports
-
-
-def predicted_speedup(tokens_per_pass: float, k: int, cost_curve: dict[int, float],
-                      draft_per_token: float) -> float | None:
-    """The cost model's speed-up over plain decoding for a fixed-k run."""
-    if k + 1 not in cost_curve or 1 not in cost_curve:
-        return None
-    one = cost_curve[1]
-    return tokens_per_pass / (cost_curve[k + 1] / one + k * draft_per_token / one)
-
-
-def _attach_optimum(reports: list[StrategyReport], strategies: Sequence[Strategy],
-                    trials: Sequence[Trial], cost_curve: dict[int, float]) -> None:
-    """For each drafter kind, the best predicted speed-up over its fixed-k runs."""
-    best: dict[str, float] = {}
-    for s in strategies:
-        if s.is_plain or s.drafter.adaptive:
-            continue
-        mine = [t for t in trials if t.strategy == s.name]
-        tpp = statistics.mean(t.tokens_per_target_pass for t in mine)
-        d = statistics.mean(t.draft_per_token for t in mine)
-        pred = predicted_speedup(tpp, s.drafter.num_draft_tokens, cost_curve, d)
-        if pred is not None:
-            best[s.drafter.kind] = max(best.get(s.drafter.kind, 1.0), pred)
-    for report, s in zip(reports, strategies):
-        if s.drafter.kind in best:
-            report.predicted_optimum = best[s.drafter.kind]
-            report.share_of_optimum = report.speedup / best[s.drafter.kind]
 
 
 PEER_NAME = "llama-cpp-python lookup"
 
 
-def peer_strategy() -> Strategy:
-    """The report row for llama-cpp-python's LlamaPromptLookupDecoding(num_pred_tokens=10)."""
-    return Strategy(PEER_NAME, DrafterSettings(kind="prompt-lookup", num_draft_tokens=10, adaptive=True))
+def peer_strategy(name: str = PEER_NAME, kind: str = "prompt-lookup") -> Strategy:
+    """A report row for another implementation (not run by our decoder)."""
+    return Strategy(name, DrafterSettings(kind=kind), peer=True)  # type: ignore[arg-type]
 
 
-def run_peer_trials(peer: object, prompts: Sequence[tuple[str, list[int]]], max_tokens: int,
-                    repeats: int) -> list[Trial]:
-    """The peer (an object with ``generate(tokens, max_tokens) -> (tokens, tok/s)``) on the same prompts."""
-    generate = getattr(peer, "generate")
-    generate(prompts[0][1], min(16, max_tokens))  # warm-up
+def run_peer_trials(name: str, generate: Callable[[str, list[int]], float],
+                    prompts: Sequence[tuple[str, list[int]]], repeats: int) -> list[Trial]:
+    """A peer on the same prompts: ``generate(prompt_id, tokens)`` returns its generation tok/s."""
     trials = []
     for rep in range(repeats):
         for prompt_id, tokens in prompts:
-            out, rate = generate(tokens, max_tokens)
-            trials.append(Trial(PEER_NAME, prompt_id, rep, rate, 0.0, 0.0, 0.0, tuple(out)))
+            trials.append(Trial(name, prompt_id, rep, generate(prompt_id, tokens), 0.0, 0.0, 0.0, ()))
     return trials

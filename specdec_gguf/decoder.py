@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Iterable, Iterator, Literal, Sequence
+from typing import Callable, Iterable, Iterator, Literal, Sequence
 
 import numpy as np
 
@@ -13,7 +14,9 @@ from .engine import DrafterEngine, SpeculativeEngine, check_tokens, reusable_pre
 from .errors import ConfigError, ContextOverflowError, SpecDecError
 from .proposal import DraftProposal, VerificationPolicy
 from .sampling import SamplingParams
+from .profile import profile_for
 from .schedule import AdaptiveSchedule, DraftSchedule, FixedSchedule
+from .settings import default_num_draft_tokens
 from .stats import SpecStats
 
 Origin = Literal["accepted", "correction", "bonus", "target"]
@@ -44,15 +47,24 @@ class SpeculativeDecoder:
     """Generate with ``target``, letting ``drafter`` propose up to ``num_draft_tokens`` per round.
 
     ``drafter=None`` is plain target-only decoding through the same loop (the fair
-    baseline). Each round drafts ``num_draft_tokens`` tokens, or with ``adaptive=True``
-    the k in [0, num_draft_tokens] that the measured cost model predicts is fastest
-    (k = 0 is a plain step); ``schedule`` plugs in any other :class:`DraftSchedule`. Greedy output equals the
-    target's own greedy output for any drafter and k; sampling follows Chen et al. (2023).
+    baseline). By default (``adaptive=True``) each round verifies only the drafted tokens
+    that pay for their place in the verify pass, judged from the target's measured cost
+    profile (cached on disk, see profile.py; ``profile_cache=False`` measures afresh) and
+    acceptance calibrated online; ``num_draft_tokens`` is then an upper bound (default: 8
+    for a draft model, 16 for prompt lookup). ``adaptive=False`` drafts and verifies a fixed
+    ``num_draft_tokens`` (default 4) every round; ``schedule`` plugs in any other
+    :class:`DraftSchedule`. Proposals shorter than ``draft_min`` are not verified.
+    Greedy output equals the target's own greedy output for any drafter and k; sampling
+    follows Chen et al. (2023). ``clock`` times rounds (a virtual clock in simulations).
     """
 
     def __init__(self, target: SpeculativeEngine, drafter: DrafterEngine | None = None, *,
-                 num_draft_tokens: int = 4, adaptive: bool = False, draft_min: int = 0,
-                 schedule: DraftSchedule | None = None) -> None:
+                 num_draft_tokens: int | None = None, adaptive: bool = True, draft_min: int = 0,
+                 schedule: DraftSchedule | None = None, profile_cache: bool = True,
+                 clock: Callable[[], float] = perf_counter) -> None:
+        if num_draft_tokens is None:
+            kind = drafter.name if drafter is not None and drafter.name == "prompt-lookup" else "draft-model"
+            num_draft_tokens = default_num_draft_tokens(kind, adaptive)
         if not isinstance(num_draft_tokens, int) or not 1 <= num_draft_tokens <= target.n_ctx:
             raise ConfigError(
                 f"num_draft_tokens={num_draft_tokens!r} must be an integer in [1, n_ctx={target.n_ctx}]")
@@ -64,8 +76,18 @@ class SpeculativeDecoder:
         self.drafter = drafter
         self.num_draft_tokens = num_draft_tokens
         self.draft_min = draft_min
+        self.clock = clock
         if schedule is None:
-            schedule = AdaptiveSchedule(num_draft_tokens) if adaptive else FixedSchedule(num_draft_tokens)
+            if not adaptive:
+                schedule = FixedSchedule(num_draft_tokens)
+            elif drafter is None:
+                schedule = FixedSchedule(num_draft_tokens)  # never consulted: plain decoding drafts nothing
+            else:
+                schedule = AdaptiveSchedule(
+                    num_draft_tokens, target_costs=profile_for(target, use_cache=profile_cache),
+                    draft_costs=profile_for(drafter.cost_engine, use_cache=profile_cache),
+                    free_drafter=drafter.cost_engine is None,
+                    priors={greedy: drafter.acceptance_priors(greedy) for greedy in (True, False)})
         self.schedule = schedule
 
     def generate(self, prompt_tokens: Sequence[int], max_new_tokens: int,
@@ -105,7 +127,7 @@ class SpeculativeDecoder:
 
     def _rounds(self, prompt: list[int], max_new_tokens: int, params: SamplingParams,
                 stops: frozenset[int], ignore_eog: bool) -> Iterator[RoundEvent]:
-        target, drafter, schedule = self.target, self.drafter, self.schedule
+        target, drafter, schedule, clock = self.target, self.drafter, self.schedule, self.clock
         is_eog = (lambda token: False) if ignore_eog else target.is_eog
         policy, rng = VerificationPolicy.from_sampling(params), params.rng()
         stats = SpecStats(prompt_tokens=len(prompt))
@@ -113,23 +135,29 @@ class SpeculativeDecoder:
         mirror = np.zeros(min(target.n_ctx, len(prompt) + max_new_tokens), dtype=np.int32)  # context as an array
         mirror[: len(prompt)] = prompt
         try:
-            t0 = perf_counter()
+            t0 = clock()
             self._prefill(prompt[:-1])
             if drafter is not None:
                 drafter.start(prompt)
-            stats.prefill_seconds = perf_counter() - t0
+            stats.prefill_seconds = clock() - t0
             schedule.start()
             while True:
-                t_round = perf_counter()
+                t_round = clock()
                 room = min(target.n_ctx - len(context), max_new_tokens - (len(context) - len(prompt))) - 1
                 k = min(schedule.next_k(), room) if drafter is not None else 0
-                proposal = drafter.propose(k, policy, rng) if k > 0 else _NO_PROPOSAL
-                if proposal.parents is not None and not proposal.is_linear:
-                    raise SpecDecError("the drafter proposed a tree; this decoder verifies linear proposals only")
-                proposal = _fit_to_target(proposal, target.n_vocab)
-                if len(proposal.tokens) < self.draft_min:
-                    proposal = _NO_PROPOSAL  # too short to pay for a verify pass (llama.cpp's --draft-min)
-                t_verify = perf_counter()
+                proposal = _NO_PROPOSAL
+                if k > 0:
+                    proposal = drafter.propose(k, policy, rng, budget=schedule.budget(policy.greedy)).prefix(k)
+                    if proposal.parents is not None and not proposal.is_linear:
+                        raise SpecDecError("the drafter proposed a tree; this decoder verifies linear proposals only")
+                    proposal = _fit_to_target(proposal, target.n_vocab)
+                drafted = proposal
+                if proposal.tokens:
+                    chosen = schedule.choose(proposal, policy.greedy)
+                    proposal = proposal.prefix(chosen) if chosen else _NO_PROPOSAL
+                    if len(proposal.tokens) < self.draft_min:
+                        proposal = _NO_PROPOSAL  # too short to pay for a verify pass (llama.cpp's --draft-min)
+                t_verify = clock()
                 out = target.forward_proposal(context[-1], proposal, greedy=policy.greedy)
                 if policy.greedy:
                     n_acc, token = _sampling.greedy_accept(proposal.tokens, out)
@@ -151,12 +179,13 @@ class SpeculativeDecoder:
                 target.reset(len(context) - 1)
                 if drafter is not None:
                     drafter.accept(n_acc, new)
-                t_end = perf_counter()
+                t_end = clock()
                 stats.record_round(len(proposal.tokens), n_acc, len(new))
                 stats.draft_seconds += t_verify - t_round
                 stats.verify_seconds += t_end - t_verify
                 stats.generation_seconds += t_end - t_round
-                schedule.observe(len(proposal.tokens), n_acc, t_verify - t_round, t_end - t_verify)
+                schedule.observe(drafted, len(proposal.tokens), n_acc, len(new), policy.greedy,
+                                 t_verify - t_round, t_end - t_verify)
                 if stop_reason is None:
                     if len(context) - len(prompt) >= max_new_tokens:
                         stop_reason = "length"
@@ -214,16 +243,15 @@ def _fit_to_target(proposal: DraftProposal, n_vocab: int) -> DraftProposal:
     padding missing ones with 0) leaves the acceptance and the residual exact.
     """
     tokens, probs = proposal.tokens, proposal.draft_probs
+    if (not tokens or (min(tokens) >= 0 and max(tokens) < n_vocab)) \
+            and (probs is None or probs.ndim == 1 or probs.shape[1] == n_vocab):
+        return proposal  # the common case, checked at C speed
     cut = next((i for i, t in enumerate(tokens) if not 0 <= t < n_vocab), len(tokens))
-    fits = probs is None or probs.ndim == 1 or probs.shape[1] == n_vocab
-    if cut == len(tokens) and fits:
-        return proposal
-    if probs is not None:
-        probs = probs[:cut]
-        if probs.ndim == 2 and probs.shape[1] != n_vocab:
-            aligned = np.zeros((cut, n_vocab), dtype=probs.dtype)
-            width = min(n_vocab, probs.shape[1])
-            aligned[:, :width] = probs[:, :width]
-            probs = aligned
-    return DraftProposal(tokens=tokens[:cut], draft_probs=probs, features=proposal.features,
-                         parents=proposal.parents[:cut] if proposal.parents is not None else None)
+    proposal = proposal.prefix(cut)
+    probs = proposal.draft_probs
+    if probs is not None and probs.ndim == 2 and probs.shape[1] != n_vocab:
+        aligned = np.zeros((len(probs), n_vocab), dtype=probs.dtype)
+        width = min(n_vocab, probs.shape[1])
+        aligned[:, :width] = probs[:, :width]
+        proposal = dataclasses.replace(proposal, draft_probs=aligned)
+    return proposal

@@ -20,6 +20,7 @@ from .errors import ConfigError, EngineError
 
 if TYPE_CHECKING:
     from .proposal import DraftProposal, VerificationPolicy
+    from .schedule import DraftBudget
 
 
 @runtime_checkable
@@ -157,6 +158,12 @@ class TextModel(SpeculativeEngine, Protocol):
         """The Jinja chat template stored in the file (``tokenizer.chat_template``), or None."""
         ...
 
+    @property
+    def profile_key(self) -> str:
+        """What decides this engine's speed (model file, threads, batch settings, build, device):
+        the key its cost profile is cached under."""
+        ...
+
     def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
         """Text -> token ids; ``add_bos`` adds BOS where the model wants it; ``special`` parses special tokens."""
         ...
@@ -237,6 +244,16 @@ class DrafterEngine(Protocol):
 
     name: str
 
+    @property
+    def cost_engine(self) -> SpeculativeEngine | None:
+        """The engine whose passes drafting costs (a draft model's), or None when drafting is free."""
+        ...
+
+    def acceptance_priors(self, greedy: bool) -> Sequence[float]:
+        """Prior acceptance chance per confidence bucket (see confidence.py); empty: no buckets,
+        the schedule then estimates acceptance per draft slot."""
+        ...
+
     def check_target(self, target: SpeculativeEngine) -> None:
         """Raise VocabMismatchError if this drafter's token ids would mean other text to ``target``."""
         ...
@@ -245,9 +262,13 @@ class DrafterEngine(Protocol):
         """Begin a generation whose committed context is ``prompt_tokens``."""
         ...
 
-    def propose(self, max_tokens: int, policy: VerificationPolicy,
-                rng: np.random.Generator) -> DraftProposal:
-        """Propose at most ``max_tokens`` tokens continuing the committed context (0 allowed)."""
+    def propose(self, max_tokens: int, policy: VerificationPolicy, rng: np.random.Generator,
+                budget: DraftBudget | None = None) -> DraftProposal:
+        """Propose at most ``max_tokens`` tokens continuing the committed context (0 allowed).
+
+        With a ``budget`` (the adaptive schedule's), label each token with its confidence bucket
+        and a drafter that pays per token stops when ``budget.keep_drafting`` says more can't pay.
+        """
         ...
 
     def accept(self, n_accepted: int, committed: Sequence[int]) -> None:
@@ -260,7 +281,13 @@ class DrafterEngine(Protocol):
 
 
 class DrafterBase:
-    """Shared defaults for drafters: no vocabulary of their own to check, nothing to roll back."""
+    """Shared defaults for drafters: free to run, no confidence buckets, no vocabulary of their own
+    to check, nothing to roll back."""
+
+    cost_engine: SpeculativeEngine | None = None
+
+    def acceptance_priors(self, greedy: bool) -> Sequence[float]:
+        return ()
 
     def check_target(self, target: SpeculativeEngine) -> None:
         return None  # proposes ids taken from the target's own context

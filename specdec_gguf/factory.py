@@ -32,8 +32,9 @@ def make_drafter(settings: DrafterSettings, draft_engine: SpeculativeEngine | No
 
 
 def make_decoder(target: SpeculativeEngine, settings: DrafterSettings,
-                 draft_engine: SpeculativeEngine | None = None) -> SpeculativeDecoder:
-    """A decoder for one run: the drafter plus a fixed or adaptive schedule."""
+                 draft_engine: SpeculativeEngine | None = None, *, profile_cache: bool = True) -> SpeculativeDecoder:
+    """A decoder for one run: the drafter plus a fixed or adaptive schedule (cost profiles from the
+    user cache unless ``profile_cache`` is False)."""
     return SpeculativeDecoder(target, make_drafter(settings, draft_engine),
                               num_draft_tokens=settings.max_draft_tokens, adaptive=settings.adaptive,
-                              draft_min=settings.draft_min)
+                              draft_min=settings.draft_min, profile_cache=profile_cache)

@@ -50,3 +50,50 @@ BENCH_PROMPTS: list[tuple[str, str, str]] = [
 ]
 
 DEMO_PROMPT = BENCH_PROMPTS[0][2]
+
+_SNIPPET = '''def load_users(path):
+    users = []
+    with open(path) as handle:
+        for line in handle:
+            name, email, age = line.strip().split(",")
+            users.append({"name": name, "email": email, "age": int(age)})
+    return users
+'''
+
+_PARAGRAPH = (
+    "Our team meets every Monday at nine to plan the week. Each person brings a short list of "
+    "tasks, and we agree on priorites together before anyone starts coding. On Fridays we review "
+    "what was finished and what moved to the next week."
+)
+
+_LONG_ARTICLE = " ".join([_ARTICLE,
+    "Opponents of the plan argued that the money should go to repairing existing roads first. "
+    "The council said both projects would be funded, and that road repairs would begin in the summer. "
+    "The new path will be lit at night and will have three rest areas with benches and bicycle pumps. "
+    "A public meeting about the design will be held next month at the library, where residents can "
+    "comment on the route and suggest names for the rest areas."])
+
+# Short, chat-like answers: what most requests look like (rename, fix, extract, open question).
+SHORT_PROMPTS: list[tuple[str, str, str]] = [
+    ("rename-variable", "grounded",
+     f"```python\n{_SNIPPET}```\nThe same function with the variable `users` renamed to `records`:\n```python\n"),
+    ("fix-typo", "grounded",
+     f"Text: {_PARAGRAPH}\n\nThe same text with the spelling mistake corrected:\n"),
+    ("extract-json", "grounded",
+     f"Article: {_ARTICLE}\n\nThe key facts of the article as JSON with keys length_km, cost_eur, start:\n"),
+    ("open-question", "open", "Question: What are the three primary colors, and why are they called primary?\nAnswer:"),
+    ("define", "open", "Define the word 'photosynthesis' in two sentences.\n\n"),
+]
+
+# Long grounded rewrites: the answer restates a long input with small changes.
+LONG_PROMPTS: list[tuple[str, str, str]] = [
+    ("rewrite-article", "grounded",
+     f"Article: {_LONG_ARTICLE}\n\nThe same article, with every 'council' replaced by 'committee':\n"),
+    ("annotate-code", "grounded",
+     f"```python\n{_CODE}```\nThe same function with a comment above every line:\n```python\n"),
+]
+
+PROMPT_SETS: dict[str, list[tuple[str, str, str]]] = {
+    "default": BENCH_PROMPTS, "short": SHORT_PROMPTS, "long": LONG_PROMPTS,
+    "all": BENCH_PROMPTS + SHORT_PROMPTS + LONG_PROMPTS,
+}

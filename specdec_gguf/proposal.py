@@ -31,24 +31,41 @@ class DraftProposal:
     than guess when a rejection needs the full row.
     ``parents[i]`` is the index of token i's parent (-1 = the anchor); a linear
     proposal has ``parents == [-1, 0, 1, ...]`` or None.
+    ``buckets[i]`` labels what the drafter knew about token i before verification (see
+    confidence.py); the adaptive schedule turns it into a calibrated acceptance chance.
+    None: the schedule falls back to per-slot estimates.
     """
 
     tokens: tuple[int, ...] = ()
     draft_probs: np.ndarray | None = None
     parents: tuple[int, ...] | None = None
     features: DrafterFeatures | None = None
+    buckets: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "tokens", tuple(int(t) for t in self.tokens))
+        if type(self.tokens) is not tuple:  # drafters pass tuples of ints: no copy on the hot path
+            object.__setattr__(self, "tokens", tuple(int(t) for t in self.tokens))
         if self.draft_probs is not None and len(self.draft_probs) != len(self.tokens):
             raise ValueError(
                 f"draft_probs has {len(self.draft_probs)} rows for {len(self.tokens)} tokens"
             )
         if self.parents is not None and len(self.parents) != len(self.tokens):
             raise ValueError(f"parents has {len(self.parents)} entries for {len(self.tokens)} tokens")
+        if self.buckets is not None and len(self.buckets) != len(self.tokens):
+            raise ValueError(f"buckets has {len(self.buckets)} entries for {len(self.tokens)} tokens")
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    def prefix(self, k: int) -> DraftProposal:
+        """The first ``k`` tokens (with their rows, parents and buckets)."""
+        if k >= len(self.tokens):
+            return self
+        return DraftProposal(
+            tokens=self.tokens[:k], features=self.features,
+            draft_probs=self.draft_probs[:k] if self.draft_probs is not None else None,
+            parents=self.parents[:k] if self.parents is not None else None,
+            buckets=self.buckets[:k] if self.buckets is not None else None)
 
     @property
     def is_linear(self) -> bool:

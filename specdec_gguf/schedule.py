@@ -1,33 +1,120 @@
-"""Draft schedules: how many tokens to draft each round (k = 0 is a plain step)."""
+"""Draft schedules: how many drafted tokens each round verifies (0 is a plain step).
+
+The adaptive schedule verifies a token only where its expected gain pays for what it
+costs. Costs come from a measured :class:`~specdec_gguf.profile.CostProfile`, refined
+online; each token's chance of acceptance comes from the drafter's bucket for it,
+calibrated online (:class:`~specdec_gguf.confidence.AcceptanceModel`).
+
+Why this rule: generating at the best long-run rate λ (tokens per second) means each
+round should maximise ``E(k) − λ·C(k)`` (renewal-reward / Dinkelbach), where
+``E(k) = 1 + Σ_{j≤k} Π_{i≤j} c_i`` is the expected number of tokens a round verifying
+k drafted tokens yields and ``C(k)`` what it costs. λ is estimated by the realized rate,
+never below plain decoding's ``1 / T(1)``.
+"""
 
 from __future__ import annotations
 
 import statistics
 from collections import deque
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Protocol, Sequence, runtime_checkable
 
+from .confidence import AcceptanceModel
 from .errors import ConfigError
+from .profile import CostProfile
+from .proposal import DraftProposal
+
+
+@dataclass(frozen=True)
+class ScheduleConstants:
+    """The adaptive schedule's constants, each with why."""
+
+    # A drafted token must beat plain decoding by this share of a plain round to be verified:
+    # estimates are noisy, and a wrong "yes" costs a whole extra pass position.
+    margin: float = 0.03
+    # Starting a draft-model proposal at all must beat plain by this much: the draft passes are paid
+    # even when nothing ends up verified, and the value estimate assumes the next tokens are as sure.
+    draft_margin: float = 0.08
+    # Recent passes per batch size whose median is that size's online cost: a descheduled thread
+    # makes one pass slow, and one slow sample must not make a size look expensive for long.
+    cost_window: int = 15
+    # Online costs replace the profile for a size once it has been observed this often.
+    cost_min_observations: int = 3
+    # Weight of each round in the realized-rate estimate λ (about the last 30 rounds count).
+    rate_smoothing: float = 1 / 30
+    # Prior weight (pseudo-observations) of a drafter's bucket priors: a few outcomes outweigh them.
+    prior_strength: float = 3.0
+    # A bucket remembers about this many outcomes, so estimates follow a drafter whose accuracy drifts.
+    recency: float = 64.0
+    # Per-slot prior where a drafter gives no buckets: a coin flip, the neutral guess.
+    slot_prior: float = 0.5
+    # A costly drafter (a draft model) that doesn't pay looks again now and then, the interval
+    # doubling from this many rounds up to the maximum, so a change (a copy starts) is noticed cheaply.
+    probe_interval: int = 8
+    max_probe_interval: int = 256
+    # Without a cost profile, a plain round every this many keeps T(1) current.
+    plain_refresh: int = 64
+    # Look this many tokens ahead when deciding whether drafting one more token can pay
+    # (cost curves are not convex: T(3) - T(2) can be far below T(2) - T(1)).
+    lookahead: int = 4
+    # How fast the counts of which bucket comes first forget (about the last 30 proposals count).
+    first_bucket_decay: float = 0.97
+    # Rounds between rebuilds of the cost table from the online timings: estimates move slowly,
+    # and a rebuild (medians over windows) costs more than a round of a tiny model.
+    refresh_costs_every: int = 8
 
 
 @runtime_checkable
 class DraftSchedule(Protocol):
-    """Chooses k before each round and learns from what the round cost and kept."""
+    """Chooses how much to draft and verify each round, and learns from what the round cost and kept."""
 
     def start(self) -> None:
         """A new generation begins."""
         ...
 
     def next_k(self) -> int:
-        """Tokens to draft this round (the decoder clips it to the room left)."""
+        """Most tokens to ask the drafter for this round (0: a plain step); the decoder clips it to the room left."""
         ...
 
-    def observe(self, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
-        """What the last round drafted, accepted and spent."""
+    def budget(self, greedy: bool) -> DraftBudget | None:
+        """What a drafter consults while drafting (None: draft ``next_k`` tokens)."""
+        ...
+
+    def choose(self, proposal: DraftProposal, greedy: bool) -> int:
+        """How many of ``proposal``'s tokens to verify."""
+        ...
+
+    def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
+                draft_seconds: float, verify_seconds: float) -> None:
+        """The round's proposal, how many of its tokens were verified and accepted, how many tokens
+        it generated, and what drafting and verifying cost."""
         ...
 
 
-class FixedSchedule(DraftSchedule):
-    """Always draft ``k`` tokens."""
+class DraftBudget:
+    """Handed to a drafter while it drafts: calibrated confidence per bucket, and whether one more
+    token can still pay (a draft model stops drafting when it can't)."""
+
+    def __init__(self, schedule: AdaptiveSchedule, model: AcceptanceModel) -> None:
+        self._schedule, self._model = schedule, model
+
+    def confidence(self, bucket: int) -> float:
+        return self._model.confidence(bucket)
+
+    @property
+    def min_confidence(self) -> float:
+        """Below this, a first token can't lead to a verified run even if every later token were as
+        sure: a drafter may skip searching for such tokens (prompt lookup skips short matches)."""
+        return self._schedule.min_confidence()
+
+    def keep_drafting(self, drafted: int, reach: float, confidence: float) -> bool:
+        """With ``drafted`` tokens so far, all accepted with chance ``reach``, and the last one's
+        ``confidence`` as the guess for the next: can drafting more tokens pay?"""
+        return self._schedule.worth_drafting(drafted, reach, confidence)
+
+
+class FixedSchedule:
+    """Always draft and verify ``k`` tokens."""
 
     def __init__(self, k: int) -> None:
         if not isinstance(k, int) or k < 1:
@@ -40,174 +127,257 @@ class FixedSchedule(DraftSchedule):
     def next_k(self) -> int:
         return self.k
 
-    def observe(self, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+    def budget(self, greedy: bool) -> DraftBudget | None:
+        return None
+
+    def choose(self, proposal: DraftProposal, greedy: bool) -> int:
+        return len(proposal.tokens)
+
+    def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
+                draft_seconds: float, verify_seconds: float) -> None:
         return None
 
 
-class AdaptiveSchedule(DraftSchedule):
-    """Choose the k in [0, k_max] that maximises expected tokens per second, measured online.
+class AdaptiveSchedule:
+    """Verify the prefix of each proposal that maximises ``E(k) − λ·C(k)`` (see the module docs).
 
-    Cost model (Leviathan et al. 2023, with measured curves instead of constants):
-    a round drafting k tokens costs ``draft_per_token * k + verify(k + 1)`` and yields
-    ``E(k) = 1 + sum_{j<=k} prod_{i<=j} a_i`` tokens, where ``a_i`` is the measured
-    chance that slot i is accepted given the slots before it were (a moving average).
-    ``verify(n)`` and ``draft_per_token`` are medians of the last 15 measurements,
-    interpolated linearly between measured batch sizes. When k = 0
-    wins (drafting doesn't pay), a probe round drafts again now and then, with the
-    interval doubling while probes keep losing; when drafting wins, a plain round now
-    and then keeps the baseline cost current. The state persists across generations
-    on the same decoder, so what one prompt taught carries to the next.
+    ``target_costs``: the target's measured cost profile (None: learned online, assuming
+    linear costs ``T(n) = n·T(1)`` — the worst case on CPUs — until measured).
+    ``draft_costs``: the draft model's profile (None: drafting is free, ``free_drafter``,
+    or its price is measured on the first rounds that draft). ``priors``: the drafter's prior
+    acceptance per bucket for greedy (True) and sampled (False) decoding
+    (``DrafterEngine.acceptance_priors``). State carries across generations on one decoder.
     """
 
-    def __init__(self, k_max: int, *, smoothing: float = 0.15, probe_interval: int = 8,
-                 max_probe_interval: int = 512) -> None:
+    def __init__(self, k_max: int, *, target_costs: CostProfile | None = None,
+                 draft_costs: CostProfile | None = None, free_drafter: bool = False,
+                 priors: dict[bool, Sequence[float]] | None = None,
+                 constants: ScheduleConstants = ScheduleConstants()) -> None:
         if not isinstance(k_max, int) or k_max < 1:
             raise ConfigError(f"num_draft_tokens={k_max!r} must be an integer >= 1")
         self.k_max = k_max
-        self.smoothing = smoothing
-        self.base_probe_interval = probe_interval
-        self.max_probe_interval = max_probe_interval
-        self.accept_rate = [0.6] * k_max  # prior a_i, replaced by the first observation
-        self.verify_seconds: dict[int, float] = {}  # batch size n -> mean seconds
-        self.draft_per_token = 0.0
-        self.window = 15
-        self._verify_window: dict[int, deque[float]] = {}
-        self._draft_window: deque[float] = deque(maxlen=self.window)
-        self._sizes: list[int] = []  # sorted keys of verify_seconds
-        self._slot_count = [0] * k_max
-        self._rounds_since_draft = 0
-        self._probe_interval = probe_interval
-        self.replan_every = 8
-        self.refresh_plain_every = 48
+        self.c = c = constants
+        self.profile = target_costs
+        self.free_drafter = free_drafter
+        self._observed: dict[int, deque[float]] = {}  # n -> recent verify seconds
+        self._scale: deque[float] = deque(maxlen=2 * c.cost_window + 1)  # observed / profile
+        self._draft_window: deque[float] = deque(maxlen=c.cost_window)
+        self.draft_per_token = draft_costs.cost(1) if draft_costs is not None else None
+        priors = priors or {}
+        self._slot_buckets = {g: not priors.get(g) for g in (True, False)}
+        self.models = {g: AcceptanceModel(list(priors.get(g) or [c.slot_prior] * k_max), c.prior_strength,
+                                          c.recency) for g in (True, False)}
+        # Decayed counts of which bucket a proposal's first token fell in, from a prior that the
+        # drafter's confident buckets are the common ones (drafts are mostly sure of themselves).
+        self._first_seen = {g: [0.5 * self.models[g].confidence(b) ** 2 for b in range(len(self.models[g]))]
+                            for g in (True, False)}
+        self._rate_tokens = 0.0
+        self._rate_seconds = 0.0
+        self._plain_rate = 0.0
+        self._min_conf: float | None = None
+        self._first_scale = 1.0  # the first-bucket counts are stored divided by this (lazy decay)
+        self._costs: list[float] = []
+        self._costs_stale = True
+        self._since_refresh = 0
+        self._profile_costs = ([target_costs.cost(n) for n in range(1, k_max + 2)]
+                               if target_costs is not None else None)
         self._rounds_since_plain = 0
-        self._plan: int | None = None
-        self._probe_k = k_max
-        self._since_plan = 0
+        self._rounds_since_draft = 0
+        self._probe_interval = c.probe_interval
+        self._greedy = True  # the policy of the latest round (what next_k plans for)
+        self._budgets = {g: None if self._slot_buckets[g] else DraftBudget(self, self.models[g]) for g in (True, False)}
 
     def start(self) -> None:
-        return None  # what was learned, and the probe timer, carry over to the next generation
+        return None  # what was learned carries over to the next generation
 
-    # -- model ---------------------------------------------------------------------------
-    def expected_tokens(self, k: int) -> float:
-        """E(k): tokens one round drafting k yields, from the per-slot acceptance."""
-        total, reach = 1.0, 1.0
-        for a in self.slot_rates()[:k]:
-            reach *= a
-            total += reach
-        return total
-
-    def slot_rates(self) -> list[float]:
-        """Per-slot acceptance; a slot never observed yet borrows the slot before it (optimism
-        that gets the slot tried and measured, instead of a prior that could hide it forever)."""
-        rates = list(self.accept_rate)
-        for i in range(1, len(rates)):
-            if self._slot_count[i] == 0:
-                rates[i] = rates[i - 1]
-        return rates
-
-    def verify_cost(self, n: int) -> float | None:
-        """Measured or interpolated seconds of a verify pass over n tokens (None: no data)."""
-        known = self.verify_seconds
-        if n in known:
-            return known[n]
-        if not known:
+    # -- costs ------------------------------------------------------------------------------
+    def verify_cost(self, n: int, scale: float | None = None) -> float | None:
+        """Estimated seconds of a target pass over ``n`` tokens (None: nothing known yet)."""
+        window = self._observed.get(n)
+        if window is not None and len(window) >= self.c.cost_min_observations:
+            return statistics.median(window)
+        if self.profile is not None:
+            profiled = self._profile_costs[n - 1] if n <= len(self._profile_costs) else self.profile.cost(n)
+            return profiled * (self._scale_factor() if scale is None else scale)
+        one = self._observed.get(1)
+        if not one:
             return None
-        sizes = self._sizes
-        below = [s for s in sizes if s < n]
-        above = [s for s in sizes if s > n]
-        if below and above:
-            lo, hi = below[-1], above[0]
-            return known[lo] + (known[hi] - known[lo]) * (n - lo) / (hi - lo)
-        if len(sizes) == 1:
-            return None
-        lo, hi = (sizes[-2], sizes[-1]) if below else (sizes[0], sizes[1])
-        slope = max((known[hi] - known[lo]) / (hi - lo), 0.0)
-        return max(known[lo] + slope * (n - lo), 0.0)
+        return statistics.median(one) * n  # no profile: linear, the safe assumption
 
-    def throughput(self, k: int) -> float | None:
-        """Predicted tokens per second of a round drafting k (None: unknown yet)."""
-        cost = self.verify_cost(k + 1)
-        if cost is None:
-            return None
-        return self.expected_tokens(k) / (cost + self.draft_per_token * k)
+    def _scale_factor(self) -> float:
+        """How much slower (or faster) passes run now than when profiled (context length, load)."""
+        return statistics.median(self._scale) if self._scale else 1.0
 
-    def best_k(self) -> tuple[int, float | None]:
-        """The k with the highest predicted throughput, and that throughput."""
-        best, best_rate, _ = self._plan_once()
-        return best, best_rate
+    def _cost_table(self) -> list[float]:
+        """verify_cost(n) for n = 1 .. k_max + 1, rebuilt when a new size was seen or every few rounds."""
+        if self._costs_stale:
+            scale = self._scale_factor()
+            costs = [self.verify_cost(n, scale) for n in range(1, self.k_max + 2)]
+            self._costs = [] if costs[0] is None else [x or 0.0 for x in costs]
+            self._costs_stale = False
+            plain = 1.0 / self._costs[0] if self._costs and self._costs[0] > 0 else 0.0
+            self._plain_rate = plain
+            self._min_conf = None
+        return self._costs
 
-    def _plan_once(self) -> tuple[int, float | None, int]:
-        """One pass over k: (best k, its predicted throughput, best k >= 1 for probes)."""
+    def min_confidence(self) -> float:
+        """The smallest constant per-token confidence at which some run of drafted tokens pays
+        (bisection on c; refreshed with the cost table)."""
         costs = self._cost_table()
-        rates = self.slot_rates()
-        best, best_rate, probe, probe_rate = self.k_max, None, self.k_max, None
-        expected, reach = 1.0, 1.0
-        for k in range(self.k_max + 1):
-            if k:
-                reach *= rates[k - 1]
-                expected += reach
-            if costs is None:
-                continue
-            rate = expected / (costs[k] + self.draft_per_token * k)
-            if best_rate is None or rate > best_rate:
-                best, best_rate = k, rate
-            if k and (probe_rate is None or rate > probe_rate):
-                probe, probe_rate = k, rate
-        return best, best_rate, probe
+        if not costs:
+            return 1.0
+        if self._min_conf is None:
+            lam, margin, lo, hi = self.rate(), self.c.margin, 0.0, 1.0
+            for _ in range(12):
+                c = (lo + hi) / 2
+                gain, reach, pays = 0.0, 1.0, False
+                for h in range(1, len(costs)):
+                    reach *= c
+                    gain += reach
+                    if gain - lam * (costs[h] - costs[0]) > margin:
+                        pays = True
+                        break
+                lo, hi = (lo, c) if pays else (c, hi)
+            self._min_conf = hi
+        return self._min_conf
 
-    def _cost_table(self) -> list[float] | None:
-        """verify_cost(n) for n = 1 .. k_max + 1 in one go (None until two sizes are measured)."""
-        if len(self.verify_seconds) < 2:
-            return None
-        return [c if c is not None else 0.0 for c in (self.verify_cost(n) for n in range(1, self.k_max + 2))]
+    def rate(self) -> float:
+        """λ: the realized rate (tokens per second), never below plain decoding's."""
+        self._cost_table()
+        realized = self._rate_tokens / self._rate_seconds if self._rate_seconds > 0 else 0.0
+        return max(self._plain_rate, realized)
 
-    # -- schedule ----------------------------------------------------------------------------
+    # -- decisions --------------------------------------------------------------------------------
     def next_k(self) -> int:
-        if 1 not in self.verify_seconds:
+        costs = self._cost_table()
+        if not costs:
             return 0  # measure a plain pass first
-        if len(self.verify_seconds) < 2:
-            # Then a short draft: cheap if the drafter is poor; slot optimism widens k if it is good.
-            return min(self.k_max, 3)
-        if self._plan is None or self._since_plan >= self.replan_every:
-            # Re-plan every few rounds, not every round: the estimates move slowly and a plan costs ~20 us.
-            self._plan, _, self._probe_k = self._plan_once()
-            self._since_plan = 0
-        if self._plan > 0:
-            self._probe_interval = self.base_probe_interval
-            if self._rounds_since_plain >= self.refresh_plain_every:
-                return 0  # now and then a plain pass, so the baseline cost stays current too
-            return self._plan
-        if self._rounds_since_draft >= self._probe_interval:
-            # Probe with the best drafting k so acceptance and cost estimates stay current.
-            self._probe_interval = min(self._probe_interval * 2, self.max_probe_interval)
-            return self._probe_k
+        if self.profile is None and self._rounds_since_plain >= self.c.plain_refresh:
+            return 0  # without a profile, T(1) is only known from plain rounds: refresh it now and then
+        if self.free_drafter:
+            return self.k_max
+        # A costly drafter: draft if looking at one drafted token is worth its price on average;
+        # else look now and then (intervals doubling), but only if drafting could pay at all.
+        if self._first_token_value() > self.c.draft_margin:
+            self._probe_interval = self.c.probe_interval
+            return self.k_max
+        if self._rounds_since_draft >= self._probe_interval and self._potential() > self.c.margin:
+            self._probe_interval = min(2 * self._probe_interval, self.c.max_probe_interval)
+            return self.k_max
         return 0
 
-    def observe(self, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
-        self._since_plan += 1
-        n = drafted + 1
-        if n not in self.verify_seconds:
-            self._sizes = sorted([*self.verify_seconds, n])
-            self._verify_window[n] = deque(maxlen=self.window)
-        # A median over recent passes: timing noise (a descheduled thread) is one-sided and
-        # bursty, and one slow sample must not make a size look expensive for long.
-        window = self._verify_window[n]
+    def _potential(self) -> float:
+        """What drafting could gain per round if every drafted token were accepted (in tokens)."""
+        if self.draft_per_token is None:
+            return 1.0  # unknown price: worth finding out
+        lam, costs, d = self.rate(), self._cost_table(), self.draft_per_token
+        return max(h - lam * (costs[h] - costs[0] + d * h) for h in range(1, self.k_max + 1))
+
+    def _first_token_value(self) -> float:
+        """Expected gain of drafting one token and then deciding, minus its price (in tokens).
+
+        Averages, over how often each bucket came first (with a prior as pseudo-counts),
+        the best that verifying a run of such tokens could gain.
+        """
+        if self.draft_per_token is None:
+            return -1.0  # unknown price: only looks draft until it is measured
+        lam, costs, d = self.rate(), self._cost_table(), self.draft_per_token
+        model = self.models[self._greedy]
+        weights = self._first_seen[self._greedy]
+        total = sum(weights)
+        value = 0.0
+        for bucket, w in enumerate(weights):
+            if w <= 0:
+                continue
+            c = model.confidence(bucket)
+            best, gain, reach = 0.0, 0.0, 1.0
+            for h in range(1, min(self.c.lookahead, self.k_max) + 1):
+                reach *= c
+                gain += reach
+                best = max(best, gain - lam * (costs[h] - costs[0] + d * (h - 1)))
+            value += w / total * best
+        return value - lam * d
+
+    def budget(self, greedy: bool) -> DraftBudget | None:
+        # None without drafter priors: its buckets mean nothing here; estimate per slot instead.
+        return self._budgets[greedy]
+
+    def worth_drafting(self, drafted: int, reach: float, confidence: float) -> bool:
+        """Can drafting up to ``lookahead`` more tokens, each accepted with ``confidence``, pay for
+        drafting them and for the longer verify pass?"""
+        costs = self._cost_table()
+        if not costs or drafted >= self.k_max:
+            return False
+        lam = self.rate()
+        per_token = self.draft_per_token or 0.0
+        base = costs[drafted]
+        gain = 0.0
+        for h in range(1, min(self.c.lookahead, self.k_max - drafted) + 1):
+            reach *= confidence
+            gain += reach
+            if gain - lam * (costs[drafted + h] - base + per_token * h) > self.c.margin:
+                return True
+        return False
+
+    def choose(self, proposal: DraftProposal, greedy: bool) -> int:
+        tokens = proposal.tokens
+        costs = self._cost_table()
+        if not tokens or not costs:
+            return 0
+        model = self.models[greedy]
+        buckets = proposal.buckets if proposal.buckets is not None and not self._slot_buckets[greedy] \
+            else range(len(tokens))
+        lam = self.rate()
+        best_k, best = 0, 1.0 - lam * costs[0] + self.c.margin
+        expected, reach = 1.0, 1.0
+        for j, bucket in enumerate(buckets[: min(len(tokens), len(costs) - 1)], start=1):
+            reach *= model.confidence(bucket)
+            expected += reach
+            value = expected - lam * costs[j]
+            if value > best:
+                best_k, best = j, value
+            elif reach < 0.02:
+                break  # later tokens add less than 2% of a token each
+        return best_k
+
+    # -- learning -----------------------------------------------------------------------------------
+    def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
+                draft_seconds: float, verify_seconds: float) -> None:
+        n = verified + 1
+        window = self._observed.get(n)
+        if window is None:
+            window = self._observed[n] = deque(maxlen=self.c.cost_window)
+            self._costs_stale = True
         window.append(verify_seconds)
-        self.verify_seconds[n] = statistics.median(window)
+        if self._profile_costs is not None and n <= len(self._profile_costs):
+            self._scale.append(verify_seconds / self._profile_costs[n - 1])
+        self._since_refresh += 1
+        if self._since_refresh >= self.c.refresh_costs_every:
+            self._since_refresh = 0
+            self._costs_stale = True
+        self._greedy = greedy
+        weight = self.c.rate_smoothing
+        self._rate_tokens += weight * (generated - self._rate_tokens)
+        self._rate_seconds += weight * (draft_seconds + verify_seconds - self._rate_seconds)
+        self._rounds_since_plain = 0 if verified == 0 else self._rounds_since_plain + 1
+        drafted = len(proposal.tokens)
         if drafted == 0:
             self._rounds_since_draft += 1
-            self._rounds_since_plain = 0
             return
-        self._rounds_since_plain += 1
         self._rounds_since_draft = 0
-        self._draft_window.append(draft_seconds / drafted)
-        self.draft_per_token = statistics.median(self._draft_window)
-        # Slots 1..accepted were accepted; slot accepted+1 (if drafted) was the first rejection.
-        for i in range(min(accepted + 1, drafted)):
-            self._slot_count[i] += 1
-            hit = 1.0 if i < accepted else 0.0
-            self.accept_rate[i] += self._weight(self._slot_count[i]) * (hit - self.accept_rate[i])
-
-    def _weight(self, count: int) -> float:
-        """A plain mean over the first observations, then an exponential moving average."""
-        return max(self.smoothing, 1.0 / count)
+        if not self.free_drafter and draft_seconds > 0:
+            self._draft_window.append(draft_seconds / drafted)
+            self.draft_per_token = statistics.median(self._draft_window)
+        buckets = proposal.buckets if proposal.buckets is not None and not self._slot_buckets[greedy] \
+            else range(drafted)
+        if not self.free_drafter:  # only a costly drafter's start decision reads these counts
+            seen = self._first_seen[greedy]
+            if buckets[0] < len(seen):
+                self._first_scale /= self.c.first_bucket_decay  # decay all counts at once
+                seen[buckets[0]] += self._first_scale
+                if self._first_scale > 1e6:  # renormalise before the numbers grow large
+                    for g in (True, False):
+                        self._first_seen[g] = [x / self._first_scale for x in self._first_seen[g]]
+                    self._first_scale = 1.0
+        if verified:
+            self.models[greedy].update(list(buckets[:verified]), accepted)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
+
+# Cost profiles measured by tests go to a throw-away cache, never the user's (child processes inherit it).
+os.environ["SPECDEC_CACHE_DIR"] = tempfile.mkdtemp(prefix="specdec-test-cache-")
 
 from specdec_gguf.engines import InMemoryEngine
 

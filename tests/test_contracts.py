@@ -88,7 +88,7 @@ def test_decoder_copes_with_reused_buffers(target, draft):
     """Greedy speculative output still equals plain output when every engine reuses its buffers."""
     plain = SpeculativeDecoder(target).generate([1, 2], 60).tokens
     target.reset(0)
-    spec = SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=5).generate([1, 2], 60)
+    spec = SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=5, adaptive=False).generate([1, 2], 60)
     assert spec.tokens == plain
 
 
@@ -103,7 +103,7 @@ class ForeignDrafter(DrafterBase):
     def start(self, prompt_tokens):
         pass
 
-    def propose(self, max_tokens, policy, rng):
+    def propose(self, max_tokens, policy, rng, budget=None):
         tokens = (1, 2, self.n + 3, 4)[:max_tokens]
         rows = np.full((len(tokens), self.width), 1.0 / self.width, dtype=np.float32)
         return DraftProposal(tokens=tokens, draft_probs=None if policy.greedy else rows)
@@ -117,7 +117,7 @@ def test_proposal_stops_before_an_id_the_target_cannot_take(target, temperature)
     """Fails (EngineError from the engine, or a shape error in the residual) if the decoder verified ids
     past the target's vocabulary or fed q rows of the draft's width to the sampler."""
     params = SamplingParams(temperature=temperature, seed=3)
-    decoder = SpeculativeDecoder(target, ForeignDrafter(target.n_vocab, target.n_vocab + 8), num_draft_tokens=4)
+    decoder = SpeculativeDecoder(target, ForeignDrafter(target.n_vocab, target.n_vocab + 8), num_draft_tokens=4, adaptive=False)
     result = decoder.generate([1, 2], 20, params)
     assert len(result.tokens) == 20
     assert result.stats.drafted > 0
@@ -131,25 +131,25 @@ def test_draft_min_skips_short_proposals(target):
     """A proposal shorter than draft_min is not verified. Fails if the decoder ignored draft_min."""
 
     class Two(ForeignDrafter):
-        def propose(self, max_tokens, policy, rng):
+        def propose(self, max_tokens, policy, rng, budget=None):
             return DraftProposal(tokens=(1, 2)[:max_tokens])
 
-    decoder = SpeculativeDecoder(target, Two(target.n_vocab, target.n_vocab), num_draft_tokens=4, draft_min=3)
+    decoder = SpeculativeDecoder(target, Two(target.n_vocab, target.n_vocab), num_draft_tokens=4, draft_min=3, adaptive=False)
     assert decoder.generate([1, 2], 10).stats.drafted == 0
-    decoder = SpeculativeDecoder(target, Two(target.n_vocab, target.n_vocab), num_draft_tokens=4, draft_min=2)
+    decoder = SpeculativeDecoder(target, Two(target.n_vocab, target.n_vocab), num_draft_tokens=4, draft_min=2, adaptive=False)
     assert decoder.generate([1, 2], 10).stats.drafted > 0
 
 
 def test_the_target_engine_cannot_be_its_own_draft(target):
     """Drafting on the target's own cache would corrupt it; refused up front."""
     with pytest.raises(ConfigError, match="draft engine is the target engine"):
-        SpeculativeDecoder(target, AutoregressiveDrafter(target))
+        SpeculativeDecoder(target, AutoregressiveDrafter(target), adaptive=False)
 
 
 def test_in_memory_vocab_sizes_must_match(target):
     other = InMemoryEngine.random(target.n_vocab + 1, seed=1)
     with pytest.raises(VocabMismatchError, match="sizes differ"):
-        SpeculativeDecoder(target, AutoregressiveDrafter(other))
+        SpeculativeDecoder(target, AutoregressiveDrafter(other), adaptive=False)
 
 
 # -- settings: one source of truth --------------------------------------------------------------------
@@ -228,7 +228,7 @@ def test_draft_with_a_larger_vocabulary_never_sends_foreign_ids(tiny_family, tmp
         prompt = target.tokenize("the model is fast and the draft is")
         plain = SpeculativeDecoder(target).generate(prompt, 24).tokens
         for temperature in (0.0, 0.8):
-            result = SpeculativeDecoder(target, AutoregressiveDrafter(wide), num_draft_tokens=4).generate(
+            result = SpeculativeDecoder(target, AutoregressiveDrafter(wide), num_draft_tokens=4, adaptive=False).generate(
                 prompt, 24, SamplingParams(temperature=temperature, seed=1))
             assert len(result.tokens) == 24
             if temperature == 0.0:

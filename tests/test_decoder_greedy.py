@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from specdec_gguf import SpeculativeDecoder
 from specdec_gguf.drafters import AutoregressiveDrafter, PromptLookupDrafter
 from specdec_gguf.engines import InMemoryEngine
+from specdec_gguf.schedule import FixedSchedule
 
 
 def plain_greedy(engine: InMemoryEngine, prompt: list[int], n: int) -> list[int]:
@@ -52,7 +53,7 @@ def test_plain_decoder_matches_reference(target):
 def test_draft_equal_to_target_accepts_everything(target):
     k = 5
     twin = target.perturbed(0.0, seed=0)
-    result = SpeculativeDecoder(target, AutoregressiveDrafter(twin), num_draft_tokens=k).generate([3], 62)
+    result = SpeculativeDecoder(target, AutoregressiveDrafter(twin), num_draft_tokens=k, adaptive=False).generate([3], 62)
     assert result.stats.acceptance_rate == 1.0
     # 62 = 10 * (k + 1) + 2: ten full rounds of k accepted + 1 bonus, then a round clipped to
     # 1 drafted token (accepted) + 1 bonus by max_new_tokens.
@@ -67,13 +68,13 @@ def test_worse_draft_accepts_less(target):
     rates = []
     for noise in (0.1, 1.0, 4.0):
         drafter = AutoregressiveDrafter(target.perturbed(noise, seed=5))
-        rates.append(SpeculativeDecoder(target, drafter, num_draft_tokens=4).generate(prompt, 80)
+        rates.append(SpeculativeDecoder(target, drafter, num_draft_tokens=4, adaptive=False).generate(prompt, 80)
                      .stats.acceptance_rate)
     assert rates[0] > rates[1] > rates[2]
 
 
 def test_origins_label_each_token(target, draft):
-    decoder = SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=4)
+    decoder = SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=4, adaptive=False)
     seen = set()
     for event in decoder.stream([5], 60):
         assert len(event.origins) == len(event.tokens)
@@ -85,28 +86,23 @@ def test_origins_label_each_token(target, draft):
 
 def test_decoders_sharing_a_target_never_reuse_a_stale_prefix(target, draft):
     """Prefix reuse reads the engine's own cache record, so other decoders can't mislead it."""
-    a = SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=3)
-    b = SpeculativeDecoder(target, PromptLookupDrafter(), num_draft_tokens=3)
+    a = SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=3, adaptive=False)
+    b = SpeculativeDecoder(target, PromptLookupDrafter(), num_draft_tokens=3, adaptive=False)
     a.generate([1, 2, 3, 4], 10)
     b.generate([5, 6, 7, 8], 10)  # same length: a length check alone would be fooled
     assert a.generate([1, 2, 3, 9], 10).tokens == plain_greedy(target, [1, 2, 3, 9], 10)
     assert b.generate([5, 6, 7, 8, 1], 10).tokens == plain_greedy(target, [5, 6, 7, 8, 1], 10)
 
 
-class ScriptedSchedule:
+class ScriptedSchedule(FixedSchedule):
     """Drafts according to a fixed list of k values, then plain steps."""
 
     def __init__(self, ks):
+        super().__init__(1)
         self.ks = list(ks)
-
-    def start(self):
-        pass
 
     def next_k(self):
         return self.ks.pop(0) if self.ks else 0
-
-    def observe(self, drafted, accepted, draft_seconds, verify_seconds):
-        pass
 
 
 def test_draft_restarts_on_recent_window_after_long_plain_stretch(target):
@@ -124,7 +120,7 @@ def test_draft_restarts_on_recent_window_after_long_plain_stretch(target):
 def test_draft_with_smaller_context_keeps_drafting_past_its_end(target):
     draft = target.perturbed(0.0, seed=0, n_ctx=24)  # the target has 512
     drafter = AutoregressiveDrafter(draft)
-    result = SpeculativeDecoder(target, drafter, num_draft_tokens=4).generate([1, 2, 3], 100)
+    result = SpeculativeDecoder(target, drafter, num_draft_tokens=4, adaptive=False).generate([1, 2, 3], 100)
     assert result.tokens == plain_greedy(target, [1, 2, 3], 100)
     assert draft.n_past <= 24
     late_rounds = result.stats.drafted

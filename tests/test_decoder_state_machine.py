@@ -36,13 +36,15 @@ class DecoderMachine(RuleBasedStateMachine):
         self.target = InMemoryEngine.random(vocab, seed=seed, n_ctx=n_ctx)
         self.draft = self.target.perturbed(noise, seed=seed + 1)
         drafter = AutoregressiveDrafter(self.draft) if use_model else PromptLookupDrafter(max_ngram=2)
-        self.decoder = SpeculativeDecoder(self.target, drafter, num_draft_tokens=k)
+        self.decoder = SpeculativeDecoder(self.target, drafter, num_draft_tokens=k, adaptive=False)
         self.vocab = vocab
         self.committed: list[int] = []  # the last successful run's prompt + output
 
     @rule(k=st.integers(1, 10), adaptive=st.booleans())
     def change_schedule(self, k, adaptive):
-        self.decoder.schedule = AdaptiveSchedule(k) if adaptive else FixedSchedule(k)
+        drafter = self.decoder.drafter
+        priors = {g: drafter.acceptance_priors(g) for g in (True, False)} if drafter is not None else None
+        self.decoder.schedule = AdaptiveSchedule(k, priors=priors) if adaptive else FixedSchedule(k)
 
     @rule(data=st.data())
     def generate(self, data):

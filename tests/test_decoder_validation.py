@@ -13,7 +13,7 @@ from specdec_gguf.engines import InMemoryEngine
 @pytest.mark.parametrize("k", [0, -1, 513])
 def test_k_out_of_range(target, k):
     with pytest.raises(ConfigError, match=rf"num_draft_tokens={k}.*\[1, n_ctx=512\]"):
-        SpeculativeDecoder(target, PromptLookupDrafter(), num_draft_tokens=k)
+        SpeculativeDecoder(target, PromptLookupDrafter(), num_draft_tokens=k, adaptive=False)
 
 
 def test_empty_prompt(target):
@@ -48,7 +48,7 @@ def test_negative_temperature_and_bad_top_p():
 def test_context_end_stops_cleanly_and_shrinks_k(k):
     target = InMemoryEngine.random(30, seed=1, n_ctx=40)
     drafter = AutoregressiveDrafter(target.perturbed(0.0, seed=0, n_ctx=40))
-    result = SpeculativeDecoder(target, drafter, num_draft_tokens=k).generate([1, 2, 3], 1000)
+    result = SpeculativeDecoder(target, drafter, num_draft_tokens=k, adaptive=False).generate([1, 2, 3], 1000)
     assert result.stop_reason == "context"
     assert len(result.tokens) == 40 - 3
     reference = SpeculativeDecoder(target).generate([1, 2, 3], 1000)
@@ -60,7 +60,7 @@ def test_stop_tokens_and_eog():
     reference = SpeculativeDecoder(target).generate([1], 40).tokens
     stop = reference[10]
     first = reference.index(stop)
-    decoder = SpeculativeDecoder(target, AutoregressiveDrafter(target.perturbed(0.1, seed=3)), num_draft_tokens=6)
+    decoder = SpeculativeDecoder(target, AutoregressiveDrafter(target.perturbed(0.1, seed=3)), num_draft_tokens=6, adaptive=False)
     result = decoder.generate([1], 40, stop_token_ids=[stop])
     assert result.stop_reason == "stop_token"
     assert result.tokens == reference[:first]
@@ -70,7 +70,7 @@ def test_stop_tokens_and_eog():
 
 
 def test_engine_fault_mid_round_leaves_engines_consistent_and_retry_works(target, draft):
-    decoder = SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=4)
+    decoder = SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=4, adaptive=False)
     expected = decoder.generate([1, 2], 30).tokens
     for engine in (target, draft):
         for call in range(0, 12):
@@ -99,7 +99,7 @@ def test_tree_proposal_is_refused_not_verified_as_a_chain(target):
         def start(self, prompt_tokens):
             pass
 
-        def propose(self, max_tokens, policy, rng):
+        def propose(self, max_tokens, policy, rng, budget=None):
             return DraftProposal(tokens=(1, 2, 3), parents=(-1, -1, 0))  # two siblings: a tree
 
         def accept(self, n_accepted, committed):
@@ -108,7 +108,7 @@ def test_tree_proposal_is_refused_not_verified_as_a_chain(target):
         def rollback(self):
             pass
 
-    decoder = SpeculativeDecoder(target, TreeDrafter(), num_draft_tokens=3)
+    decoder = SpeculativeDecoder(target, TreeDrafter(), num_draft_tokens=3, adaptive=False)
     with pytest.raises(SpecDecError, match="tree"):
         decoder.generate([1, 2], 5)
     assert target.n_past <= 1  # rolled back to the committed context

@@ -93,7 +93,7 @@ class ExplodingDecoder:
 @pytest.mark.parametrize("mode", ["plain", "live", "quiet"])
 def test_interrupt_keeps_partial_text_and_stats(tiny_engines, mode, capsys):
     target, draft = tiny_engines
-    decoder = ExplodingDecoder(SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=3))
+    decoder = ExplodingDecoder(SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=3, adaptive=False))
     state = LiveState(title="t")
     console = Console(record=True, force_terminal=True, width=80)
     with pytest.raises(Interrupted) as caught:

@@ -65,7 +65,7 @@ def test_greedy_speculative_identical_to_plain_on_f32(tiny_engines, k, kind):
     prompt = target.tokenize(PROMPT_TEXT)
     expected = plain_tokens(target, prompt)
     drafter = AutoregressiveDrafter(draft) if kind == "draft-model" else PromptLookupDrafter()
-    result = SpeculativeDecoder(target, drafter, num_draft_tokens=k).generate(prompt, 60)
+    result = SpeculativeDecoder(target, drafter, num_draft_tokens=k, adaptive=False).generate(prompt, 60)
     assert result.tokens == expected
     assert result.stats.drafted > 0
     assert target.n_past == len(prompt) + len(result.tokens) - 1
@@ -77,8 +77,8 @@ def test_checkpoint_rollback_matches_seq_rm(tiny_family):
             LlamaCppEngine(tiny_family.draft, n_ctx=256) as draft:
         assert (ckpt.rollback_mode, cut.rollback_mode) == ("checkpoint", "seq_rm")
         prompt = cut.tokenize(PROMPT_TEXT)
-        expected = SpeculativeDecoder(cut, AutoregressiveDrafter(draft), num_draft_tokens=4).generate(prompt, 40)
-        got = SpeculativeDecoder(ckpt, AutoregressiveDrafter(draft), num_draft_tokens=4).generate(prompt, 40)
+        expected = SpeculativeDecoder(cut, AutoregressiveDrafter(draft), num_draft_tokens=4, adaptive=False).generate(prompt, 40)
+        got = SpeculativeDecoder(ckpt, AutoregressiveDrafter(draft), num_draft_tokens=4, adaptive=False).generate(prompt, 40)
         assert got.tokens == expected.tokens
         assert got.stats.acceptance_rate == expected.stats.acceptance_rate
         # A rollback past the checkpoint replays from the start.
@@ -89,7 +89,7 @@ def test_checkpoint_rollback_matches_seq_rm(tiny_family):
 def test_seeded_sampling_is_reproducible(tiny_engines):
     target, draft = tiny_engines
     prompt = target.tokenize(PROMPT_TEXT)
-    decoder = SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=4)
+    decoder = SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=4, adaptive=False)
     params = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=7)
     a = decoder.generate(prompt, 40, params)
     b = decoder.generate(prompt, 40, params)
@@ -112,7 +112,7 @@ def test_quantized_family_loads_and_speculates(tmp_path):
     family = write_tiny_family(tmp_path, dtype="q8_0")
     with LlamaCppEngine(family.target, n_ctx=256) as target, LlamaCppEngine(family.draft, n_ctx=256) as draft:
         prompt = target.tokenize(PROMPT_TEXT)
-        result = SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=4).generate(prompt, 40)
+        result = SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=4, adaptive=False).generate(prompt, 40)
         assert len(result.tokens) == 40
         assert result.stats.accepted > 0
 
@@ -156,7 +156,7 @@ def test_generation_reaching_n_ctx_stops_cleanly(tiny_family, kind):
             LlamaCppEngine(tiny_family.draft, n_ctx=256) as draft:
         prompt = target.tokenize(PROMPT_TEXT)
         drafter = AutoregressiveDrafter(draft) if kind == "draft-model" else PromptLookupDrafter()
-        result = SpeculativeDecoder(target, drafter, num_draft_tokens=8).generate(prompt, 10_000, ignore_eog=True)
+        result = SpeculativeDecoder(target, drafter, num_draft_tokens=8, adaptive=False).generate(prompt, 10_000, ignore_eog=True)
         assert result.stop_reason == "context"
         assert len(prompt) + len(result.tokens) == target.n_ctx
         plain = SpeculativeDecoder(target).generate(prompt, 10_000, ignore_eog=True)

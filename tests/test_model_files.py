@@ -65,7 +65,7 @@ def test_incompatible_draft_names_first_difference(tmp_path, tiny_engines):
     target, _ = tiny_engines
     with LlamaCppEngine(write_incompatible_draft(tmp_path / "alien-vocab.gguf"), n_ctx=128) as draft:
         with pytest.raises(VocabMismatchError, match=r"token 260 differs: target 'a', draft '.+'"):
-            SpeculativeDecoder(target, AutoregressiveDrafter(draft))
+            SpeculativeDecoder(target, AutoregressiveDrafter(draft), adaptive=False)
 
 
 def test_summary_of_tiny_model(tiny_family):

@@ -46,8 +46,8 @@ def test_child_target_gives_same_greedy_output(tiny_engines, remote_target, kind
     def drafter():
         return AutoregressiveDrafter(draft) if kind == "draft-model" else PromptLookupDrafter()
 
-    expected = SpeculativeDecoder(local_target, drafter(), num_draft_tokens=4).generate(prompt, 50)
-    got = SpeculativeDecoder(remote_target, drafter(), num_draft_tokens=4).generate(prompt, 50)
+    expected = SpeculativeDecoder(local_target, drafter(), num_draft_tokens=4, adaptive=False).generate(prompt, 50)
+    got = SpeculativeDecoder(remote_target, drafter(), num_draft_tokens=4, adaptive=False).generate(prompt, 50)
     assert got.tokens == expected.tokens
     assert got.stats.accepted == expected.stats.accepted
     assert remote_target.n_past == len(prompt) + len(got.tokens) - 1
@@ -64,8 +64,8 @@ def test_child_logits_match_in_process(tiny_engines, remote_target):
     np.testing.assert_array_equal(got, want)
     # sampling through the child is exact and seeded too
     params = SamplingParams(temperature=0.8, seed=5)
-    a = SpeculativeDecoder(local, PromptLookupDrafter()).generate(prompt, 30, params).tokens
-    b = SpeculativeDecoder(remote_target, PromptLookupDrafter()).generate(prompt, 30, params).tokens
+    a = SpeculativeDecoder(local, PromptLookupDrafter(), adaptive=False).generate(prompt, 30, params).tokens
+    b = SpeculativeDecoder(remote_target, PromptLookupDrafter(), adaptive=False).generate(prompt, 30, params).tokens
     assert a == b
 
 
@@ -75,13 +75,13 @@ def test_vocab_check_works_across_processes(tiny_family, remote_target, tmp_path
 
     with LlamaCppEngine(write_incompatible_draft(tmp_path / "bad.gguf"), n_ctx=64) as bad:
         with pytest.raises(VocabMismatchError, match="token 260 differs"):
-            SpeculativeDecoder(remote_target, AutoregressiveDrafter(bad))
+            SpeculativeDecoder(remote_target, AutoregressiveDrafter(bad), adaptive=False)
 
 
 def test_killed_child_raises_quickly_and_leaves_no_process(tiny_family):
     engine = ProcessEngine(tiny_family.target, python=sys.executable, n_ctx=512)
     pid = engine.pid
-    decoder = SpeculativeDecoder(engine, PromptLookupDrafter())
+    decoder = SpeculativeDecoder(engine, PromptLookupDrafter(), adaptive=False)
     stream = decoder.stream(engine.tokenize(PROMPT), 200)
     next(stream)
     os.kill(pid, signal.SIGKILL)

@@ -29,7 +29,7 @@ def exact_two_token_distribution(target: InMemoryEngine, params: SamplingParams)
 
 
 def chi_square_p_value(target: InMemoryEngine, drafter, params: SamplingParams) -> float:
-    decoder = SpeculativeDecoder(target, drafter, num_draft_tokens=3)
+    decoder = SpeculativeDecoder(target, drafter, num_draft_tokens=3, adaptive=False)
     counts = np.zeros((VOCAB, VOCAB))
     for trial in range(TRIALS):
         trial_params = SamplingParams(params.temperature, params.top_k, params.top_p, params.min_p, seed=trial)
@@ -79,7 +79,7 @@ def test_broken_residual_is_detected(monkeypatch, drafter_kind):
 
 
 def test_seeded_sampling_is_reproducible(target, draft):
-    decoder = SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=4)
+    decoder = SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=4, adaptive=False)
     params = SamplingParams(temperature=0.9, top_p=0.95, seed=1234)
     runs = [decoder.generate([1, 2], 50, params).tokens for _ in range(2)]
     assert runs[0] == runs[1]

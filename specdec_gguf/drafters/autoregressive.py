@@ -9,6 +9,7 @@ import numpy as np
 from ..engine import DrafterBase, SpeculativeEngine, TextModel, reusable_prefix
 from ..errors import ConfigError, VocabMismatchError
 from ..proposal import DraftProposal, VerificationPolicy
+from ..schedule import DraftBudget
 from ..sampling import probs_from_logits, sample
 from ..vocab import check_compatible
 
@@ -54,6 +55,13 @@ class AutoregressiveDrafter(DrafterBase):
         """The part of the context the draft's cache follows (its cache holds a prefix of it)."""
         return tuple(self._context[self._window_start:])
 
+    @property
+    def cost_engine(self) -> SpeculativeEngine:
+        return self.engine
+
+    def acceptance_priors(self, greedy: bool) -> tuple[float, ...]:
+        return _P_PRIOR if greedy else tuple(0.9 * p for p in _P_PRIOR)
+
     def check_target(self, target: SpeculativeEngine) -> None:
         """Raise VocabMismatchError unless the draft's token ids mean the same text to ``target``."""
         if target is self.engine:
@@ -74,8 +82,8 @@ class AutoregressiveDrafter(DrafterBase):
         if len(prefix) > keep:
             engine.advance(prefix[keep:])
 
-    def propose(self, max_tokens: int, policy: VerificationPolicy,
-                rng: np.random.Generator) -> DraftProposal:
+    def propose(self, max_tokens: int, policy: VerificationPolicy, rng: np.random.Generator,
+                budget: DraftBudget | None = None) -> DraftProposal:
         engine, ctx = self.engine, self._context
         waiting = len(ctx) - self._window_start - engine.n_past
         if self.max_catch_up is not None and waiting > self.max_catch_up:
@@ -93,27 +101,40 @@ class AutoregressiveDrafter(DrafterBase):
             return DraftProposal()
         # The anchor; after a round also the correction/bonus token; after plain steps all skipped.
         feed = ctx[self._window_start + engine.n_past:]
-        want_rows = not policy.greedy or self.p_min > 0.0
+        want_rows = not policy.greedy or self.p_min > 0.0 or budget is not None
         tokens: list[int] = []
         rows: list[np.ndarray] = []
+        buckets: list[int] = []
+        reach = 1.0
         for _ in range(max_tokens):
             if not want_rows:
                 tokens.append(engine.forward_last_argmax(feed))
+                feed = tokens[-1:]
+                continue
+            logits = engine.forward_last_logits(feed)  # [V], valid until the next call
+            if policy.greedy:
+                token = int(np.argmax(logits))
+                confidence = _top_probability(logits)
+                if confidence < self.p_min:
+                    break
             else:
-                logits = engine.forward_last_logits(feed)  # [V]
-                if policy.greedy:
-                    token = int(np.argmax(logits))
-                    if _top_probability(logits) < self.p_min:
-                        break
-                else:
-                    draft_probs = probs_from_logits(logits, policy.sampling)  # [V]
-                    token = sample(draft_probs, rng)
-                    rows.append(draft_probs)
-                tokens.append(token)
+                draft_probs = probs_from_logits(logits, policy.sampling)  # [V], a new array
+                token = sample(draft_probs, rng)
+                confidence = float(draft_probs[token])
+                rows.append(draft_probs)
+            tokens.append(token)
             feed = tokens[-1:]
+            if budget is not None:
+                bucket = _prob_bucket(confidence)
+                buckets.append(bucket)
+                calibrated = budget.confidence(bucket)
+                reach *= calibrated
+                if not budget.keep_drafting(len(tokens), reach, calibrated):
+                    break
         if not tokens:
             return DraftProposal()
-        return DraftProposal(tokens=tuple(tokens), draft_probs=np.stack(rows) if rows else None)
+        return DraftProposal(tokens=tuple(tokens), draft_probs=np.stack(rows) if rows else None,
+                             buckets=tuple(buckets) if budget is not None else None)
 
     def accept(self, n_accepted: int, committed: Sequence[int]) -> None:
         kept = len(self._context) - self._window_start + min(n_accepted, len(committed))
@@ -125,6 +146,20 @@ class AutoregressiveDrafter(DrafterBase):
         limit = max(len(self._context) - self._window_start - 1, 0)
         if self.engine.n_past > limit:
             self.engine.reset(limit)
+
+
+# Confidence buckets: the draft's own probability of its token (greedy: its top probability;
+# sampling: q(x) of the sampled token). Priors lean below the probability itself: a draft is
+# usually over-confident relative to a larger target.
+_P_EDGES = (0.0, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.995)
+_P_PRIOR = (0.15, 0.3, 0.45, 0.58, 0.68, 0.77, 0.85, 0.9, 0.94)
+
+
+def _prob_bucket(p: float) -> int:
+    for i in range(len(_P_EDGES) - 1, 0, -1):
+        if p >= _P_EDGES[i]:
+            return i
+    return 0
 
 
 def _top_probability(logits: np.ndarray) -> float:

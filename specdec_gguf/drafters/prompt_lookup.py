@@ -1,4 +1,4 @@
-"""PromptLookupDrafter: model-free n-gram lookup over the prompt and the generated text."""
+"""PromptLookupDrafter: model-free n-gram lookup over the context (and, optionally, earlier requests)."""
 
 from __future__ import annotations
 
@@ -9,61 +9,241 @@ import numpy as np
 from ..engine import DrafterBase
 from ..errors import ConfigError
 from ..proposal import DraftProposal, VerificationPolicy
+from ..schedule import DraftBudget
+from ..settings import MAX_NGRAM
+
+MAX_MATCH = 64  # a match is measured back this far at most: longer ones are equally sure copies
+CANDIDATES = 8  # latest occurrences of the tail n-gram compared per lookup (bounded work per round)
+SEPARATOR = -1  # between remembered documents, so no match runs across two of them
+MAX_SKIP = 4  # after failed searches, skip up to half this many rounds before searching again
+
+# Confidence buckets: a drafted token's effective match length m (the matched tail length plus
+# the tokens before it in the proposal: if those are accepted the match grows by them), whether
+# the previous round was fully accepted (a copy run), and whether the tail was followed by
+# different tokens at different earlier occurrences (ambiguous).
+_M_EDGES = (1, 2, 3, 4, 5, 7, 10, 15, 23)  # bucket i holds m >= _M_EDGES[i]
+_M_BUCKET = [max(i for i, e in enumerate(_M_EDGES) if m >= e) for m in range(1, MAX_MATCH * 2 + 2)]
+_M_PRIOR = (0.25, 0.35, 0.45, 0.55, 0.62, 0.7, 0.78, 0.85, 0.9)
+
+
+# 4 x the match-length bucket of m = 1, 2, ... (padded, so a slice never runs short).
+_M_BASE = [4 * b for b in _M_BUCKET] + [4 * _M_BUCKET[-1]] * (MAX_MATCH + 64)
+
+
+def _buckets(match: int, n: int, full: bool, ambiguous: bool) -> tuple[int, ...]:
+    """Buckets of a proposal's n tokens continuing a match of length ``match``."""
+    flags = 2 * full + ambiguous
+    return tuple(b + flags for b in _M_BASE[match - 1:match - 1 + n])
+
+
+def _priors(scale: float) -> tuple[float, ...]:
+    out = []
+    for base in _M_PRIOR:
+        for full in (0, 1):
+            for ambiguous in (0, 1):
+                out.append(min(0.97, max(0.05, (base + 0.05 * full - 0.1 * ambiguous) * scale)))
+    return tuple(out)
+
+
+class _Index:
+    """Where each n-gram (n in [min_n, max_n]) of a token list ended: per n, key -> positions, ascending.
+
+    Keys are the token itself (n = 1) or a hash of the n-gram, so memory grows with the number
+    of tokens times the number of n, not with n squared; a (rare) hash collision is caught when
+    the match is checked token by token. ``separated`` lists may hold SEPARATOR between documents.
+    """
+
+    def __init__(self, min_n: int, max_n: int, separated: bool = False) -> None:
+        self.min_n, self.max_n, self.separated = min_n, max_n, separated
+        self.tokens: list[int] = []
+        self.positions: list[dict[int, list[int]]] = [{} for _ in range(max_n + 1)]
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        toks, positions, lo, hi = self.tokens, self.positions, self.min_n, self.max_n
+        for token in tokens:
+            end = len(toks)  # index of the token being added: the continuation of the n-grams before it
+            toks.append(int(token))
+            for n in range(lo, min(hi, end) + 1):
+                if self.separated and SEPARATOR in toks[end - n:end]:
+                    break
+                key = toks[end - 1] if n == 1 else hash(tuple(toks[end - n:end]))
+                found = positions[n].get(key)
+                if found is None:
+                    positions[n][key] = [end]
+                else:
+                    found.append(end)
+
+    def best_match(self, tail: list[int], shortest: int = 1) -> tuple[int, int, bool]:
+        """(continuation start, match length, ambiguous) of the longest earlier match of ``tail``'s end.
+
+        Tries the longest indexed n-gram first (down to ``shortest``) and compares the latest few
+        occurrences, extending each match backwards; (-1, 0, False) when nothing matches.
+        """
+        toks, size, limit = self.tokens, len(self.tokens), min(MAX_MATCH, len(tail))
+        for n in range(min(self.max_n, len(tail)), max(self.min_n, shortest) - 1, -1):
+            found = self.positions[n].get(tail[-1] if n == 1 else hash(tuple(tail[-n:])))
+            if not found:
+                continue
+            best, best_len, first_next, ambiguous = -1, 0, None, False
+            for pos in reversed(found[-CANDIDATES:]):
+                if pos >= size or toks[pos] == SEPARATOR:
+                    continue
+                length = 0
+                while length < limit and length < pos and toks[pos - 1 - length] == tail[-1 - length]:
+                    length += 1
+                if length < n:
+                    continue  # a hash collision
+                if first_next is None:
+                    first_next = toks[pos]
+                elif toks[pos] != first_next:
+                    ambiguous = True
+                if length > best_len:
+                    best, best_len = pos, length
+            if best >= 0:
+                return best, best_len, ambiguous
+        return -1, 0, False
 
 
 class PromptLookupDrafter(DrafterBase):
-    """Propose the tokens that followed the most recent earlier occurrence of the context's tail.
+    """Propose what followed the longest earlier match of the context's tail.
 
-    Tries the longest n-gram first (``max_ngram`` down to ``min_ngram``). An index
-    from n-gram to the position after its latest occurrence is updated as tokens are
-    committed, so a step costs O(max_ngram), not a rescan of the context.
-    ``num_pred_tokens`` caps a proposal (None: the decoder's k decides).
-    The proposal is deterministic, so q is one-hot.
+    The tail's last ``max_ngram`` .. ``min_ngram`` tokens are looked up in an index of where
+    each n-gram occurred; the latest occurrences are compared backwards to find the longest
+    match (up to 64 tokens), whose continuation is proposed. While accepted tokens keep
+    following the same source, the next round continues from it without a search.
+    ``num_pred_tokens`` caps a proposal (None: the decoder's k decides). The proposal is
+    deterministic, so q is one-hot.
+
+    ``memory_tokens`` > 0 also remembers earlier generations' contexts (prompt and output,
+    the most recent ``memory_tokens`` tokens of them) and drafts from them when they match
+    longer, as SuffixDecoding does: repeated edits and agent loops quote what was seen before.
     """
 
     name = "prompt-lookup"
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_pred_tokens: int | None = None) -> None:
-        if not isinstance(min_ngram, int) or min_ngram < 1:
-            raise ConfigError(f"min_ngram={min_ngram!r} must be an integer >= 1")
-        if not isinstance(max_ngram, int) or max_ngram < min_ngram:
-            raise ConfigError(f"max_ngram={max_ngram!r} must be an integer >= min_ngram={min_ngram}")
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_pred_tokens: int | None = None,
+                 memory_tokens: int = 0) -> None:
+        if not isinstance(min_ngram, int) or not 1 <= min_ngram <= MAX_NGRAM:
+            raise ConfigError(f"min_ngram={min_ngram!r} must be an integer in [1, {MAX_NGRAM}]")
+        if not isinstance(max_ngram, int) or not min_ngram <= max_ngram <= MAX_NGRAM:
+            raise ConfigError(f"max_ngram={max_ngram!r} must be an integer in [min_ngram={min_ngram}, {MAX_NGRAM}]")
         if num_pred_tokens is not None and (not isinstance(num_pred_tokens, int) or num_pred_tokens < 1):
             raise ConfigError(f"num_pred_tokens={num_pred_tokens!r} must be an integer >= 1 or None")
-        self.max_ngram = max_ngram
-        self.min_ngram = min_ngram
+        if not isinstance(memory_tokens, int) or memory_tokens < 0:
+            raise ConfigError(f"memory_tokens={memory_tokens!r} must be an integer >= 0")
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.num_pred_tokens = num_pred_tokens
-        self._context: list[int] = []
-        self._index: dict[tuple[int, ...], int] = {}
+        self.memory_tokens = memory_tokens
+        self._ctx = _Index(min_ngram, max_ngram)
+        self._memory = _Index(min_ngram, max_ngram, separated=True)
+        self._docs: list[list[int]] = []  # remembered contexts, oldest first
+        self._src: tuple[_Index, int] | None = None  # (where, position) the last proposal continued from
+        self._match = 0
+        self._ambiguous = False
+        self._full = False  # the last round's committed tokens all followed the source (a copy run)
+        self._shortest, self._shortest_age, self._shortest_full = min_ngram, 8, False
+        self._misses = self._skip_searches = 0
+
+    @property
+    def context(self) -> tuple[int, ...]:
+        return tuple(self._ctx.tokens)
+
+    def acceptance_priors(self, greedy: bool) -> tuple[float, ...]:
+        return _priors(1.0 if greedy else 0.85)
 
     def start(self, prompt_tokens: Sequence[int]) -> None:
-        self._context = []
-        self._index = {}
-        self._extend(prompt_tokens)
+        if self.memory_tokens and len(self._ctx.tokens) > 1:
+            self._remember(self._ctx.tokens)
+        self._ctx = _Index(self.min_ngram, self.max_ngram)
+        self._ctx.extend(prompt_tokens)
+        self._src, self._match, self._full = None, 0, False
+        self._misses = self._skip_searches = 0
 
     def propose(self, max_tokens: int, policy: VerificationPolicy | None = None,
-                rng: np.random.Generator | None = None) -> DraftProposal:
+                rng: np.random.Generator | None = None, budget: DraftBudget | None = None) -> DraftProposal:
         if self.num_pred_tokens is not None:
             max_tokens = min(max_tokens, self.num_pred_tokens)
-        ctx = self._context
-        if max_tokens <= 0:
+        if max_tokens <= 0 or not self._find(self._shortest_useful(budget)):
             return DraftProposal()
-        for n in range(min(self.max_ngram, len(ctx)), self.min_ngram - 1, -1):
-            start = self._index.get(tuple(ctx[-n:]))
-            if start is not None:
-                return DraftProposal(tokens=tuple(ctx[start:start + max_tokens]))
-        return DraftProposal()
+        where, start = self._src  # type: ignore[misc]
+        tokens = where.tokens[start:start + max_tokens]
+        if where.separated and SEPARATOR in tokens:
+            tokens = tokens[:tokens.index(SEPARATOR)]
+        if not tokens:
+            return DraftProposal()
+        buckets = _buckets(self._match, len(tokens), self._full, self._ambiguous) if budget is not None else None
+        return DraftProposal(tokens=tuple(tokens), buckets=buckets)
 
     def accept(self, n_accepted: int, committed: Sequence[int]) -> None:
-        self._extend(committed)
+        self._ctx.extend(committed)
+        # Keep following the same source while what was committed agrees with it (a copy run).
+        self._full = False
+        if self._src is not None:
+            where, start = self._src
+            stop = start + len(committed)
+            if stop < len(where.tokens) and where.tokens[start:stop] == list(committed) \
+                    and where.tokens[stop] != SEPARATOR:
+                self._src, self._full = (where, stop), True
+                self._match = min(self._match + len(committed), MAX_MATCH)
+                return
+        self._src = None
 
-    def _extend(self, tokens: Sequence[int]) -> None:
-        ctx, index = self._context, self._index
-        for token in tokens:
-            ctx.append(int(token))
-            end = len(ctx) - 1
-            # Register the n-grams ending just before the new token: their continuation now exists.
-            for n in range(self.min_ngram, self.max_ngram + 1):
-                if end - n < 0:
+    def _shortest_useful(self, budget: DraftBudget | None) -> int:
+        """The shortest match whose first token could be verified: shorter ones aren't searched for.
+
+        On open text most lookups find only short matches that never pay on a CPU; skipping
+        them keeps a round's cost near a plain round's. Recomputed every few rounds (the
+        calibration moves slowly).
+        """
+        if budget is None:
+            return self.min_ngram
+        self._shortest_age += 1
+        if self._shortest_age >= 8 or self._shortest_full != self._full:
+            self._shortest_age, self._shortest_full = 0, self._full
+            needed, flags = budget.min_confidence, 2 * self._full
+            self._shortest = MAX_MATCH + 1
+            for i, edge in enumerate(_M_EDGES):
+                if budget.confidence(4 * i + flags) >= needed:
+                    self._shortest = max(edge, self.min_ngram)
                     break
-                index[tuple(ctx[end - n:end])] = end
+        return self._shortest
+
+    def _find(self, shortest: int) -> bool:
+        """Set the source to continue from: the sticky one, else the longest match in context or memory."""
+        if self._src is not None:
+            return True
+        if shortest > MAX_MATCH:
+            return False
+        if self._skip_searches > 0:  # recent searches found nothing: look again in a few rounds
+            self._skip_searches -= 1
+            return False
+        tail = self._ctx.tokens[-MAX_MATCH:]
+        pos, length, ambiguous = self._ctx.best_match(tail, min(shortest, self.max_ngram))
+        where = self._ctx
+        if self._docs:
+            mem_pos, mem_len, mem_ambiguous = self._memory.best_match(tail, min(shortest, self.max_ngram))
+            if mem_len > length:
+                where, pos, length, ambiguous = self._memory, mem_pos, mem_len, mem_ambiguous
+        if pos < 0 or length < max(self.min_ngram, shortest):
+            # Back off on open text (searches cost more than a tiny model's round); a copy that
+            # starts meanwhile is found at most MAX_SKIP rounds late and then followed for free.
+            self._misses = min(self._misses + 1, MAX_SKIP)
+            self._skip_searches = self._misses // 2
+            return False
+        self._misses = 0
+        self._src, self._match, self._ambiguous = (where, pos), length, ambiguous
+        return True
+
+    def _remember(self, tokens: Sequence[int]) -> None:
+        """Add one finished context to the memory, dropping the oldest beyond ``memory_tokens``."""
+        doc = list(tokens[-self.memory_tokens:])
+        self._docs.append(doc)
+        total = sum(len(d) for d in self._docs)
+        if total <= self.memory_tokens:
+            self._memory.extend(doc + [SEPARATOR])
+            return
+        while self._docs and total > self.memory_tokens:  # evict, then rebuild (amortised: rare)
+            total -= len(self._docs.pop(0))
+        self._memory = _Index(self.min_ngram, self.max_ngram, separated=True)
+        for d in self._docs:
+            self._memory.extend(d + [SEPARATOR])

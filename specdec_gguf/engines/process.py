@@ -282,6 +282,10 @@ class ProcessEngine(EngineBase):
     def chat_template(self) -> str | None:
         return self._chat_template
 
+    @cached_property
+    def profile_key(self) -> str:
+        return self._call("profile_key")
+
     @property
     def decode_seconds(self) -> float:
         """Seconds the child's engine spent inside llama_decode (one round trip to ask)."""

@@ -83,6 +83,8 @@ def _call(engine, request: dict):
         return engine.token_to_piece(*args).hex()
     if method == "format_chat":
         return engine.format_chat(*args)
+    if method == "profile_key":
+        return engine.profile_key
     if method == "decode_seconds":
         return engine.decode_seconds
     if method == "token_texts":

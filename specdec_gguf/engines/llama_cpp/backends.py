@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import os
+import platform
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -53,6 +55,18 @@ def backend_report() -> dict[str, Any]:
         "mmap": bool(lc.llama_supports_mmap()),
         "devices": devices,
     }
+
+
+def build_id() -> str:
+    """This build and machine, for cache keys: llama-cpp-python's version, ggml's CPU features, the CPU."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    info = lc.llama_print_system_info().decode("utf-8", errors="replace").strip(" |")
+    return f"{lc.__version__} | {info} | {cpu} | {os.cpu_count()} cores"
 
 
 def device_list(names: Sequence[str]) -> ctypes.Array:

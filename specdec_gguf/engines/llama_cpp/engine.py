@@ -7,8 +7,10 @@ numpy view of llama.cpp's output buffer, and only for the positions a call needs
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import time
+from functools import cached_property
 from pathlib import Path
 from typing import Sequence
 
@@ -19,7 +21,7 @@ from ...engine import EngineBase, token_array
 from ...errors import EngineError, RollbackUnsupportedError
 from ...modelfile import RECURRENT_ARCHES, validate_gguf
 from ...settings import EngineSettings
-from .backends import add_rpc_servers, device_list
+from .backends import add_rpc_servers, build_id, device_list
 from .checkpoint import StateCheckpoint
 from .runtime import LogCapture, ensure_initialised
 from .vocab import LlamaVocab
@@ -122,6 +124,7 @@ class LlamaCppEngine(EngineBase):
             raise EngineError(f"{self.model_path}: llama.cpp could not load the model ({log.reason()})")
 
         threads = s.n_threads or max(1, (os.cpu_count() or 2))
+        self._threads = (threads, s.n_threads_batch or threads)
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = s.n_ctx
         cparams.n_batch = s.n_batch
@@ -303,6 +306,16 @@ class LlamaCppEngine(EngineBase):
     def chat_template(self) -> str | None:
         self._check_open()
         return self.vocab.chat_template
+
+    @cached_property
+    def profile_key(self) -> str:
+        """Model file identity, the settings that change speed, the build and the machine."""
+        stat = self.model_path.stat()
+        s = self.settings
+        speed = {k: v for k, v in s.engine_kwargs().items() if k not in ("n_ctx", "rollback", "use_mmap")}
+        return json.dumps({"file": [str(self.model_path.resolve()), stat.st_size, stat.st_mtime_ns],
+                           "settings": speed, "threads": self._threads, "build": build_id()},
+                          sort_keys=True, default=str)
 
     def _open_vocab(self) -> LlamaVocab:
         """The vocabulary, which lives inside the model: reading it after close() would touch freed memory."""

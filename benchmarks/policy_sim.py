@@ -1,0 +1,72 @@
+"""Draft policies on a virtual clock: every cost curve x every trace, no timing noise.
+
+Usage: python benchmarks/policy_sim.py [--traces FILE.jsonl] [-n 64,256] [--json]
+
+A trace is a prompt plus the target's greedy output (synthetic ones are built here;
+`--traces` adds recorded ones: JSONL lines {"id", "prompt": [ids], "output": [ids],
+"n_vocab"}). Each run uses a fresh decoder (cold, as `specdec run`), so what counts
+is how fast the policy learns. Reports simulated throughput relative to plain decoding,
+for adaptive and fixed k, and adaptive's ratio to the best fixed k.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from specdec_gguf.simulation import CURVES, Trace, simulate, synthetic_traces  # noqa: E402
+
+
+def load_traces(path: Path) -> list[Trace]:
+    out = []
+    for line in path.read_text(encoding="utf-8").split("\n"):
+        if line.strip():
+            d = json.loads(line)
+            out.append(Trace(d["id"], d["prompt"], d["output"], int(d["n_vocab"])))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--traces", type=Path, help="recorded traces (JSONL) to add to the synthetic ones")
+    parser.add_argument("-n", default="64,256", help="answer lengths (comma-separated)")
+    parser.add_argument("--drafter", choices=["prompt-lookup", "draft-model"], default="prompt-lookup")
+    parser.add_argument("--only-recorded", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    traces = [] if args.only_recorded else synthetic_traces()
+    if args.traces:
+        traces += load_traces(args.traces)
+    ks = [1, 2, 4, 8, 16] if args.drafter == "prompt-lookup" else [1, 2, 4, 8]
+    rows = []
+    for n in [int(x) for x in args.n.split(",")]:
+        for curve in CURVES:
+            for trace in traces:
+                plain = simulate(trace, curve, n, 0, drafter=args.drafter)
+                adaptive = simulate(trace, curve, n, None, drafter=args.drafter)
+                fixed = {k: simulate(trace, curve, n, k, drafter=args.drafter) for k in ks}
+                best_k = min(fixed, key=fixed.get)
+                rows.append({"n": n, "curve": curve, "trace": trace.id, "adaptive": plain / adaptive,
+                             "best_fixed": plain / fixed[best_k], "best_k": best_k,
+                             "vs_best": fixed[best_k] / adaptive})
+    if args.json:
+        print(json.dumps(rows))
+        return
+    print(f"{'n':>4} {'curve':<11} {'trace':<18} {'adaptive':>8} {'best k':>7} {'best fixed':>10} {'vs best':>8}")
+    for r in rows:
+        flag = " <" if r["adaptive"] < 0.97 else ""
+        print(f"{r['n']:>4} {r['curve']:<11} {r['trace']:<18} {r['adaptive']:>7.2f}x {r['best_k']:>7} "
+              f"{r['best_fixed']:>9.2f}x {r['vs_best']:>7.2f}x{flag}")
+    worst = min(rows, key=lambda r: r["adaptive"])
+    print(f"worst adaptive/plain: {worst['adaptive']:.3f} ({worst['curve']}, {worst['trace']}, n={worst['n']}); "
+          f"geomean adaptive/best-fixed: {np.exp(np.mean([np.log(r['vs_best']) for r in rows])):.3f}")
+
+
+if __name__ == "__main__":
+    main()

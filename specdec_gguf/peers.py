@@ -1,0 +1,87 @@
+"""Other implementations run side by side in `specdec bench`: llama.cpp's own speculative example.
+
+``llama-speculative-simple`` (built from the llama.cpp that llama-cpp-python vendors, so
+the same kernels) runs as a subprocess per trial; its own report gives the generation
+speed. Draft-model speculation and the n-gram modes (``--spec-type``) are both covered.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ConfigError, EngineError
+
+NGRAM_MODES = ("ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache")
+_SPEED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
+_ACCEPT = re.compile(r"n_accept\s*=\s*(\d+)")
+_DRAFTED = re.compile(r"n_drafted\s*=\s*(\d+)")
+
+
+def find_llama_speculative(binary: str | os.PathLike[str] | None = None) -> Path:
+    """The ``llama-speculative-simple`` binary: ``binary`` if given, else the one on PATH."""
+    found = str(binary) if binary else shutil.which("llama-speculative-simple")
+    if not found or not Path(found).is_file():
+        raise ConfigError(
+            f"--peer llama.cpp needs llama-speculative-simple ({binary or 'not on PATH'}): build it from the "
+            "llama.cpp that llama-cpp-python vendors (cmake -B build -DLLAMA_BUILD_EXAMPLES=ON && "
+            "cmake --build build --target llama-speculative-simple) and pass --peer-bin build/bin/llama-speculative-simple")
+    return Path(found)
+
+
+@dataclass(frozen=True)
+class PeerRun:
+    """One run of the peer: tokens it generated, its generation speed, drafted and accepted counts."""
+
+    tokens: int
+    throughput: float
+    drafted: int
+    accepted: int
+
+
+@dataclass(frozen=True)
+class LlamaCppPeer:
+    """llama.cpp's speculative example with one ``--spec-type`` (``draft-simple`` with a draft model)."""
+
+    binary: Path
+    model: Path
+    spec_type: str
+    draft: Path | None = None
+    threads: int | None = None
+    draft_max: int = 16
+    n_ctx: int = 2048
+
+    @property
+    def name(self) -> str:
+        return f"llama.cpp {self.spec_type}"
+
+    def command(self, prompt: str, max_tokens: int) -> list[str]:
+        cmd = [str(self.binary), "-m", str(self.model), "-p", prompt, "-n", str(max_tokens), "-c", str(self.n_ctx),
+               "--temp", "0", "--top-k", "1", "--spec-type", self.spec_type, "--draft-max", str(self.draft_max),
+               "--ignore-eos"]
+        if self.draft is not None:
+            cmd += ["-md", str(self.draft)]
+        if self.threads:
+            cmd += ["-t", str(self.threads), "-tb", str(self.threads)]
+            if self.draft is not None:
+                cmd += ["-td", str(self.threads)]
+        return cmd
+
+    def run(self, prompt: str, max_tokens: int, timeout: float = 600.0) -> PeerRun:
+        try:
+            done = subprocess.run(self.command(prompt, max_tokens), capture_output=True, text=True,
+                                  timeout=timeout, errors="replace")
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise EngineError(f"{self.binary}: {err}") from None
+        log = done.stdout + done.stderr
+        speed = _SPEED.search(log)
+        if done.returncode != 0 or speed is None:
+            tail = (log.strip().splitlines() or ["no output"])[-1]
+            raise EngineError(f"{self.name} failed (exit {done.returncode}): {tail}")
+        drafted, accepted = _DRAFTED.search(log), _ACCEPT.search(log)
+        return PeerRun(tokens=int(speed.group(1)), throughput=float(speed.group(3)),
+                       drafted=int(drafted.group(1)) if drafted else 0, accepted=int(accepted.group(1)) if accepted else 0)

@@ -1,0 +1,172 @@
+"""Cost profiles: measured seconds of one engine pass over n tokens, cached per engine identity.
+
+On CPUs a pass over n tokens can cost nearly n one-token passes, so a draft token is
+only worth verifying if it is likely enough to be accepted. A profile tells the
+adaptive schedule what each extra verified token costs before the first round runs.
+Profiles are cached in the user cache directory, keyed by what decides speed (model
+file, threads, batch settings, llama.cpp build, device: ``TextModel.profile_key``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from .engine import SpeculativeEngine, TextModel
+from .errors import ConfigError
+
+# Pass sizes measured at load: n = k + 1 for k = 0, 1, 2, 4, 8 draft tokens; larger sizes
+# are extrapolated, then measured online when the schedule uses them.
+CALIBRATION_SIZES = (1, 2, 3, 5, 9)
+CONTEXT_TOKENS = 32  # passes are timed after a short context, like an early round
+FORMAT = 1  # bump when the file layout changes
+
+
+@dataclass
+class CostProfile:
+    """Seconds of one pass over n tokens, for measured n; other n are interpolated.
+
+    ``cost(n)`` interpolates linearly between measured sizes and extrapolates past the
+    largest with the slope of the last two (never below the largest measured cost).
+    """
+
+    seconds: dict[int, float]
+    key: str = ""
+    measured_at: float = field(default_factory=time.time)
+    calibration_seconds: float = 0.0  # how long measuring took (0 when read from the cache)
+    from_cache: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.seconds or 1 not in self.seconds:
+            raise ConfigError(f"a cost profile needs the one-token cost; got sizes {sorted(self.seconds)}")
+        if any(not (isinstance(n, int) and n >= 1 and s > 0) for n, s in self.seconds.items()):
+            raise ConfigError(f"cost profile entries must be n >= 1 -> seconds > 0; got {self.seconds}")
+        self._sizes = sorted(self.seconds)
+
+    def cost(self, n: int) -> float:
+        """Seconds of a pass over ``n`` tokens (n >= 1)."""
+        known, sizes = self.seconds, self._sizes
+        if n in known:
+            return known[n]
+        if n < sizes[0]:
+            return known[sizes[0]]
+        if n > sizes[-1]:
+            if len(sizes) == 1:
+                return known[sizes[0]] * n / sizes[0]  # no slope known: assume linear (the safe side)
+            lo, hi = sizes[-2], sizes[-1]
+            slope = max((known[hi] - known[lo]) / (hi - lo), 0.0)
+            return known[hi] + slope * (n - hi)
+        for lo, hi in zip(sizes, sizes[1:]):
+            if lo < n < hi:
+                return known[lo] + (known[hi] - known[lo]) * (n - lo) / (hi - lo)
+        raise AssertionError("unreachable")
+
+    def ratios(self) -> dict[int, float]:
+        """cost(n) / cost(1) for the measured sizes."""
+        return {n: self.seconds[n] / self.seconds[1] for n in self._sizes}
+
+    def as_dict(self) -> dict:
+        return {"format": FORMAT, "key": self.key, "measured_at": self.measured_at,
+                "calibration_seconds": self.calibration_seconds,
+                "seconds": {str(n): s for n, s in sorted(self.seconds.items())}}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CostProfile:
+        return cls(seconds={int(n): float(s) for n, s in data["seconds"].items()}, key=str(data.get("key", "")),
+                   measured_at=float(data.get("measured_at", 0.0)), from_cache=True)
+
+
+def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES, repeats: int = 2,
+            token: int = 0) -> CostProfile:
+    """Time one pass of each size in ``sizes`` on ``engine`` (the fastest of ``repeats``).
+
+    Uses and then clears the engine's cache. A pass of every size runs once first so
+    allocations and cold caches don't count.
+    """
+    sizes = sorted(set(sizes) | {1})
+    if sizes[-1] + CONTEXT_TOKENS > engine.n_ctx:
+        sizes = [n for n in sizes if n + CONTEXT_TOKENS <= engine.n_ctx] or [1]
+    start = time.perf_counter()
+    base = min(CONTEXT_TOKENS, engine.n_ctx - sizes[-1])
+    engine.reset(0)
+    try:
+        engine.advance([token] * base)
+        for n in reversed(sizes):  # warm-up, largest first: it sizes the output buffers once
+            engine.forward_argmax([token] * n)
+            engine.reset(base)
+        best = {n: float("inf") for n in sizes}
+        for _ in range(repeats):
+            for n in sizes:
+                t0 = time.perf_counter()
+                engine.forward_argmax([token] * n)
+                best[n] = min(best[n], time.perf_counter() - t0)
+                engine.reset(base)
+    finally:
+        engine.reset(0)
+    return CostProfile(seconds=best, calibration_seconds=time.perf_counter() - start)
+
+
+def cache_dir() -> Path:
+    """Where profiles are cached: $SPECDEC_CACHE_DIR, else the platform's user cache folder."""
+    if os.environ.get("SPECDEC_CACHE_DIR"):
+        return Path(os.environ["SPECDEC_CACHE_DIR"]) / "profiles"
+    if sys.platform == "darwin":
+        root = Path.home() / "Library" / "Caches"
+    elif os.name == "nt":
+        root = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
+    else:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "specdec-gguf" / "profiles"
+
+
+def _path_for(key: str) -> Path:
+    return cache_dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+def load_cached(key: str) -> CostProfile | None:
+    """The cached profile for ``key``, or None (missing, unreadable or for another key)."""
+    try:
+        data = json.loads(_path_for(key).read_text(encoding="utf-8"))
+        if data.get("format") != FORMAT or data.get("key") != key:
+            return None
+        return CostProfile.from_dict(data)
+    except (OSError, ValueError, KeyError, TypeError, ConfigError):
+        return None
+
+
+def save(profile: CostProfile) -> None:
+    """Write ``profile`` to the cache atomically; a cache that can't be written is skipped."""
+    path = _path_for(profile.key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(profile.as_dict(), indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # caching is an optimisation; the measured profile is still used
+
+
+def profile_for(engine: SpeculativeEngine | None, *, use_cache: bool = True) -> CostProfile | None:
+    """The engine's cost profile: cached if known, else measured now (and cached).
+
+    None for engines that don't name their speed (not a ``TextModel``, e.g. InMemoryEngine):
+    the schedule then learns costs online, assuming linear costs until it has measured.
+    """
+    if engine is None or not isinstance(engine, TextModel):
+        return None
+    key = engine.profile_key
+    if use_cache:
+        cached = load_cached(key)
+        if cached is not None:
+            return cached
+    profile = measure(engine, token=max(engine.bos_token, 0))
+    profile.key = key
+    if use_cache:
+        save(profile)
+    return profile

@@ -1,0 +1,141 @@
+"""Draft policies on a virtual clock: traces, cost curves and one-call simulated runs.
+
+Used by tests/test_schedule.py (the schedule never loses to plain decoding on any curve)
+and benchmarks/policy_sim.py (the full matrix, plus recorded traces). A run is greedy
+and exact: the simulated target's output is the trace, whatever the policy drafts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .decoder import SpeculativeDecoder
+from .drafters import AutoregressiveDrafter, PromptLookupDrafter
+from .engines.simulated import SimulatedDraftEngine, TraceEngine, VirtualClock
+from .profile import CostProfile
+from .schedule import AdaptiveSchedule, DraftSchedule
+
+# Cost curves (seconds of a one-token pass, T(n)/T(1)) measured on CPUs (docs/performance.md,
+# issue 10) and a GPU-like one where verifying more tokens is nearly free.
+CURVES: dict[str, tuple[float, dict[int, float]]] = {
+    "gemma-epyc": (13e-3, {1: 1, 2: 1.87, 3: 2.11, 5: 3.59, 9: 4.57, 17: 6.92}),
+    "49k-xeon": (27e-3, {1: 1, 2: 1.49, 3: 2.06, 5: 3.87, 9: 6.21}),
+    "tiny-f32": (0.24e-3, {1: 1, 2: 1.55, 3: 2.25, 5: 3.24, 9: 5.79}),
+    "linear": (10e-3, {1: 1, 2: 2, 3: 3, 5: 5, 9: 9}),
+    "gpu-like": (8e-3, {1: 1, 2: 1.02, 3: 1.04, 5: 1.08, 9: 1.15, 17: 1.3}),
+}
+
+
+def curve_profile(name: str) -> CostProfile:
+    base, ratios = CURVES[name]
+    return CostProfile({n: base * r for n, r in ratios.items()})
+
+
+@dataclass
+class Trace:
+    """A prompt and the target's greedy output for it."""
+
+    id: str
+    prompt: list[int]
+    output: list[int]
+    n_vocab: int
+
+
+def synthetic_traces(seed: int = 0, vocab: int = 4000) -> list[Trace]:
+    """Copies with edits, short chat-like answers and open text, with the phrase reuse real text has."""
+    rng = np.random.default_rng(seed)
+
+    def words(n: int) -> list[int]:
+        return [int(t) % (vocab - 10) + 10 for t in rng.zipf(1.3, n)]
+
+    def text(n: int) -> list[int]:
+        out: list[int] = []
+        while len(out) < n:
+            if len(out) > 20 and rng.random() < 0.08:  # now and then repeat an earlier span
+                a = int(rng.integers(0, len(out) - 5))
+                out += out[a:a + int(rng.integers(3, 8))]
+            else:
+                out += words(1)
+        return out[:n]
+
+    def edited(src: list[int], rate: float) -> list[int]:
+        out: list[int] = []
+        for t in src:
+            r = rng.random()
+            if r < rate / 3:
+                continue  # a deletion
+            if r < 2 * rate / 3:
+                out += words(1)  # a substitution
+                continue
+            out.append(t)
+            if r < rate:
+                out += words(int(rng.integers(1, 4)))  # an insertion
+        return out
+
+    traces = []
+    for rate in (0.01, 0.05, 0.15):
+        src = text(300)
+        traces.append(Trace(f"copy-edit-{rate}", text(20) + src + text(12), edited(src, rate) + text(40), vocab))
+    for i in range(3):
+        src = text(90)
+        answer = {0: edited(src, 0.02)[:70],  # rename / fix a typo: mostly a copy
+                  1: text(8) + src[10:40] + text(30),  # quote a part, then explain
+                  2: text(80)}[i]  # an open answer
+        traces.append(Trace(f"chat-short-{i}", text(25) + src + text(10), answer, vocab))
+    for i in range(2):
+        traces.append(Trace(f"open-{i}", text(30), text(300), vocab))
+    return traces
+
+
+def draft_pattern(rng: np.random.Generator, n: int, agreement: float) -> tuple[list[bool], list[float]]:
+    """Where a simulated draft agrees with the target, and its confidence: easy and hard stretches,
+    a confidence that is informative but noisy (a draft is often sure of itself when wrong)."""
+    agree, conf = [], []
+    easy = True
+    for _ in range(n):
+        if rng.random() < 0.1:
+            easy = rng.random() < agreement
+        a = rng.random() < (0.95 if easy else 0.35)
+        agree.append(bool(a))
+        conf.append(float(np.clip(rng.beta(8, 2) if a else rng.beta(3, 3), 0.01, 0.999)))
+    return agree, conf
+
+
+def simulate(trace: Trace, curve: str, max_tokens: int, k: int | None, *, drafter: str = "prompt-lookup",
+             agreement: float = 0.8, draft_ratio: float = 0.1, seed: int = 0,
+             schedule: DraftSchedule | None = None) -> float:
+    """Simulated generation seconds of one cold run on ``trace``.
+
+    ``k`` None: the adaptive schedule (or ``schedule``, if given); 0: plain decoding; else fixed k.
+    ``drafter`` "draft-model" simulates a draft agreeing with the target ``agreement`` of the
+    time in easy stretches, costing ``draft_ratio`` of a target pass per token.
+    """
+    costs = curve_profile(curve)
+    clock = VirtualClock()
+    full = trace.prompt + trace.output
+    target = TraceEngine(full, trace.n_vocab, costs, clock)
+    draft_costs = None
+    if drafter == "prompt-lookup":
+        drafting = PromptLookupDrafter()
+    else:
+        agree, conf = draft_pattern(np.random.default_rng(seed), len(full), agreement)
+        base = costs.cost(1)
+        draft_costs = CostProfile({1: base * draft_ratio, 2: base * draft_ratio * 1.2})
+        drafting = AutoregressiveDrafter(SimulatedDraftEngine(full, agree, conf, trace.n_vocab, draft_costs, clock))
+    if k == 0:
+        decoder = SpeculativeDecoder(target, clock=clock)
+    elif k is None:
+        schedule = schedule or AdaptiveSchedule(
+            16 if drafter == "prompt-lookup" else 8, target_costs=costs, draft_costs=draft_costs,
+            free_drafter=drafter == "prompt-lookup",
+            priors={g: drafting.acceptance_priors(g) for g in (True, False)})
+        decoder = SpeculativeDecoder(target, drafting, schedule=schedule, clock=clock)
+    else:
+        decoder = SpeculativeDecoder(target, drafting, num_draft_tokens=k, adaptive=False, clock=clock)
+    n = min(max_tokens, len(trace.output))
+    result = decoder.generate(trace.prompt, n, ignore_eog=True)
+    if result.tokens != trace.output[:n]:
+        raise AssertionError(f"simulation of {trace.id} broke greedy exactness")
+    return result.stats.generation_seconds
