@@ -1,8 +1,8 @@
 """The live terminal view: generated text coloured by token origin, and the stats panel.
 
 ``render`` is pure (state in, renderable out) so it is tested with a recording console;
-``LiveView`` drives a rich ``Live`` that redraws a few times a second from its own
-thread, so decoding never waits on the terminal.
+``cli/stream.py`` drives a rich ``Live`` with it, which redraws a few times a second from
+its own thread, so decoding never waits on the terminal.
 """
 
 from __future__ import annotations

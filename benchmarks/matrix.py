@@ -1,0 +1,131 @@
+"""The "never loses" matrix: cold runs on models, cost ratios, answer lengths and thread counts nobody tuned on.
+
+Usage:
+  python benchmarks/matrix.py --gemma $G [--threads 1,2] [-n 64,256] [--repeats 3] [--peer-bin PATH] [--out m.json]
+
+Cases (each: plain, fixed k, adaptive; a fresh decoder per trial, as `specdec run`):
+- tiny F32 pair (4-layer d64 target, 1-layer draft): per-call costs dominate, nothing pays;
+- tiny wide pair (8-layer d512 F32 target, 1-layer draft agreeing closely): a cheap draft that pays;
+- tiny mid pair (6-layer d256 Q8_0, 2-layer draft, weaker agreement);
+- Gemma 3 270M with prompt lookup on short chat-like answers, the default set and long grounded rewrites.
+Prints adaptive / plain per prompt (the bound: >= 0.97x everywhere) and adaptive / best fixed k.
+Run it on an otherwise idle machine: two busy cores ruin the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from specdec_gguf.benchmark import Strategy, geomean, run_peer_trials, run_trials, summarize  # noqa: E402
+from specdec_gguf.factory import open_engine  # noqa: E402
+from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
+from specdec_gguf.settings import DrafterSettings, EngineSettings  # noqa: E402
+from specdec_gguf.tiny import TinyShape, write_tiny_family  # noqa: E402
+
+TINY = {  # name: (target layers, draft layers, gain, shape, dtype)
+    "tiny-f32": (4, 1, 0.25, TinyShape(), "f32"),
+    "tiny-wide": (8, 1, 0.08, TinyShape(n_embd=512, n_head=8, n_ff=1536), "f32"),
+    "tiny-mid-q8": (6, 2, 0.3, TinyShape(n_embd=256, n_head=4, n_ff=768), "q8_0"),
+}
+
+
+def strategies(kind: str, ks: list[int]) -> list[Strategy]:
+    short = "draft" if kind == "draft-model" else "lookup"
+    return ([Strategy("plain", DrafterSettings(kind="none"))]
+            + [Strategy(f"{short} k={k}", DrafterSettings(kind=kind, num_draft_tokens=k, adaptive=False)) for k in ks]
+            + [Strategy(f"{short} adaptive", DrafterSettings(kind=kind))])  # type: ignore[arg-type]
+
+
+def run_case(name: str, target_path: Path, draft_path: Path | None, kind: str, prompt_set: str, n: int,
+             threads: int, repeats: int, peers: list) -> dict:
+    ks = [1, 2, 4, 8] + ([16] if kind == "prompt-lookup" else [])
+    target = open_engine(EngineSettings(model=target_path, n_ctx=2048, n_threads=threads))
+    draft = open_engine(EngineSettings(model=draft_path, n_ctx=2048, n_threads=threads)) if draft_path else None
+    prompts = [(pid, text) for pid, _, text in PROMPT_SETS[prompt_set]]
+    try:
+        tokenized = [(pid, target.tokenize(text)) for pid, text in prompts]
+        strats = strategies(kind, ks)
+        trials = run_trials(target, draft, strats, tokenized, n, repeats, cold=True)
+    finally:
+        for e in (draft, target):
+            if e is not None:
+                e.close()
+    texts = dict(prompts)
+    for peer in peers:
+        trials += run_peer_trials(peer.name, lambda pid, toks, p=peer: p.run(texts[pid], n).throughput,
+                                  tokenized, repeats)
+        strats.append(Strategy(peer.name, DrafterSettings(kind=kind), peer=True))  # type: ignore[arg-type]
+    reports = {r.name: r for r in summarize(trials, strats)}
+    adaptive = reports[strats[len(ks) + 1].name]
+    row = {"case": name, "kind": kind, "set": prompt_set, "n": n, "threads": threads,
+           "adaptive_vs_plain": adaptive.per_prompt_speedup, "adaptive_geomean": adaptive.speedup,
+           "vs_best_fixed": adaptive.vs_best_fixed, "vs_best_fixed_geomean": adaptive.vs_best_fixed_geomean,
+           "plain_tok_s": reports["plain"].median_throughput,
+           "peers": {p.name: {pid: adaptive.per_prompt_speedup[pid] / reports[p.name].per_prompt_speedup[pid]
+                              for pid in adaptive.per_prompt_speedup if reports[p.name].per_prompt_speedup.get(pid)}
+                     for p in peers}}
+    worst = min(row["adaptive_vs_plain"].values())
+    print(f"{name:<12} {kind:<13} {prompt_set:<8} n={n:<4} t={threads}  plain {row['plain_tok_s']:7.1f} tok/s  "
+          f"adaptive/plain {adaptive.speedup:.2f}x (worst {worst:.2f}x)  "
+          f"vs best fixed {adaptive.vs_best_fixed_geomean or 0:.2f}x"
+          + "".join(f"  vs {p}: {geomean(list(v.values())):.2f}x" for p, v in row["peers"].items()), flush=True)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gemma", type=Path, help="Gemma 3 270M GGUF (skip Gemma cases without it)")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("-n", default="64,256")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--peer-bin", type=Path, help="llama-speculative-simple, to add llama.cpp's own modes")
+    parser.add_argument("--only", help="comma-separated case names")
+    parser.add_argument("--out", type=Path, default=Path("matrix.json"))
+    args = parser.parse_args()
+    threads = [int(t) for t in args.threads.split(",")]
+    lengths = [int(x) for x in args.n.split(",")]
+    only = set(args.only.split(",")) if args.only else None
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="specdec-matrix-") as tmp:
+        for name, (tl, dl, gain, shape, dtype) in TINY.items():
+            if only and name not in only:
+                continue
+            family = write_tiny_family(Path(tmp) / name, target_layers=tl, draft_layers=dl, gain=gain,
+                                       shape=shape, dtype=dtype)
+            for t in threads:
+                for n in lengths:
+                    peers = []
+                    if args.peer_bin:
+                        from specdec_gguf.peers import LlamaCppPeer
+
+                        peers = [LlamaCppPeer(args.peer_bin, family.target, "draft-simple", draft=family.draft,
+                                              threads=t, draft_max=8)]
+                    rows.append(run_case(name, family.target, family.draft, "draft-model", "default", n, t,
+                                         args.repeats, peers))
+                    rows.append(run_case(name, family.target, None, "prompt-lookup", "default", n, t,
+                                         args.repeats, []))
+        if args.gemma and (not only or "gemma" in only):
+            for t in threads:
+                for prompt_set, n in [("short", lengths[0]), ("default", lengths[0]), ("long", lengths[-1]),
+                                      ("default", lengths[-1])]:
+                    peers = []
+                    if args.peer_bin and prompt_set != "short":
+                        from specdec_gguf.peers import NGRAM_MODES, LlamaCppPeer
+
+                        peers = [LlamaCppPeer(args.peer_bin, args.gemma, mode, threads=t) for mode in NGRAM_MODES]
+                    rows.append(run_case("gemma", args.gemma, None, "prompt-lookup", prompt_set, n, t,
+                                         args.repeats, peers))
+    args.out.write_text(json.dumps(rows, indent=1))
+    worst = min((v, r["case"], r["set"], r["n"], r["threads"], pid) for r in rows
+                for pid, v in r["adaptive_vs_plain"].items())
+    print(f"worst adaptive/plain over every prompt of every case: {worst[0]:.3f} {worst[1:]}")
+
+
+if __name__ == "__main__":
+    main()
