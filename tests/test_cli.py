@@ -313,3 +313,30 @@ def test_demo_without_the_extra_runs_on_a_tiny_model(monkeypatch):
     assert "tiny random model" in result.stdout
     assert re.search(r"plain [\d.]+ tok/s · speculative [\d.]+ tok/s · speed-up [\d.]+x", result.stdout)
     assert "speculative (adaptive prompt lookup)" in result.stdout
+
+
+def test_calibrate_prints_and_caches_the_cost_curve(tiny_family, tmp_path, monkeypatch):
+    """`specdec calibrate` measures every size, stores the profile, and a later run reads it.
+    Fails if calibrate didn't save under the engine's key (the run would measure again)."""
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    result = invoke("calibrate", tiny_family.target, "-c", "512", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert set(out["seconds"]) == {"1", "2", "3", "5", "9"} and out["saved"] is True
+    assert out["ratios"]["1"] == 1.0
+    from specdec_gguf.engines import LlamaCppEngine
+    from specdec_gguf.profile import load_cached
+
+    with LlamaCppEngine(tiny_family.target, n_ctx=512) as engine:
+        cached = load_cached(engine.profile_key)
+    assert cached is not None and cached.seconds == {int(n): s for n, s in out["seconds"].items()}
+    again = invoke("calibrate", tiny_family.target, "-c", "512", "--sizes", "1,4", "--no-save")
+    assert again.exit_code == 0 and "│ 4 │" in again.stdout and "│ 9 │" not in again.stdout
+    bad = invoke("calibrate", tiny_family.target, "--sizes", "0,x")
+    assert bad.exit_code == 1 and "--sizes" in bad.stderr
+
+
+def test_run_without_profile_cache(tiny_family):
+    plain = run_json(tiny_family)
+    out = run_json(tiny_family, "--prompt-lookup", "--no-profile-cache")
+    assert out["tokens"] == plain["tokens"]
