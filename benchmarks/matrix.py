@@ -30,7 +30,7 @@ from specdec_gguf.tiny import TinyShape, write_tiny_family  # noqa: E402
 
 TINY = {  # name: (target layers, draft layers, gain, shape, dtype)
     "tiny-f32": (4, 1, 0.25, TinyShape(), "f32"),
-    "tiny-wide": (8, 1, 0.08, TinyShape(n_embd=512, n_head=8, n_ff=1536), "f32"),
+    "tiny-wide": (8, 1, 0.04, TinyShape(n_embd=512, n_head=8, n_ff=1536), "f32"),
     "tiny-mid-q8": (6, 2, 0.3, TinyShape(n_embd=256, n_head=4, n_ff=768), "q8_0"),
 }
 
