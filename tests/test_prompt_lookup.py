@@ -56,3 +56,62 @@ def test_index_follows_committed_tokens():
 def test_bad_settings(kwargs):
     with pytest.raises(ConfigError):
         PromptLookupDrafter(**kwargs)
+
+
+def test_the_full_match_length_decides_not_the_key_length():
+    """Both occurrences of the tail bigram (7 8) match it, but the older one matches 5 tokens back:
+    its continuation wins. Fails if the drafter took the most recent key match (llama-cpp-python's rule)."""
+    ctx = [1, 2, 3, 7, 8, 40, 41, 9, 7, 8, 50, 1, 2, 3, 7, 8]
+    assert propose(ctx, 2, max_ngram=2) == [40, 41]
+
+
+def test_following_a_source_needs_no_search():
+    """While committed tokens follow the source, the next proposal continues from it."""
+    drafter = PromptLookupDrafter(max_ngram=2)
+    drafter.start([10, 11, 12, 13, 14, 15, 16, 10, 11])
+    assert drafter.propose(3).tokens == (12, 13, 14)
+    drafter.accept(2, [12, 13, 14])
+    assert drafter.propose(2).tokens == (15, 16)
+    drafter.accept(0, [99])  # the target went elsewhere: the source is dropped, a search finds nothing
+    assert drafter.propose(2).tokens == ()
+
+
+def test_memory_drafts_from_earlier_generations():
+    """With memory, a second request that quotes the first drafts from it; without, it can't."""
+    first = list(range(100, 160))
+    second = [7, 8] + first[10:20]
+    for memory, expected in ((0, ()), (1000, tuple(first[20:24]))):
+        drafter = PromptLookupDrafter(max_ngram=3, memory_tokens=memory)
+        drafter.start(first[:30])
+        drafter.accept(0, first[30:])
+        drafter.start(second)
+        assert drafter.propose(4).tokens == expected
+
+
+def test_memory_is_bounded_and_never_crosses_documents():
+    drafter = PromptLookupDrafter(max_ngram=2, memory_tokens=100)
+    for doc in range(20):
+        drafter.start([1000 + doc * 50 + i for i in range(40)] + [5, 6])
+    drafter.start([0])
+    remembered = [t for t in drafter._memory.tokens if t != -1]
+    assert len(remembered) <= 100
+    drafter.start([5, 6])  # "5 6" ends every remembered document: there is no continuation past it
+    assert drafter.propose(3).tokens == ()
+
+
+def test_index_memory_is_linear_in_the_context():
+    """The old index stored every n-gram as a tuple key: 558 MB for a 702-token prompt at ngram_max 1e6.
+    Now n is bounded (16) and keys are hashes: memory per token is a small constant."""
+    import tracemalloc
+
+    import numpy as np
+
+    tokens = [int(t) for t in np.random.default_rng(0).integers(0, 50, 4000)]
+    tracemalloc.start()
+    drafter = PromptLookupDrafter(max_ngram=16)
+    drafter.start(tokens)
+    size, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert size / len(tokens) < 16 * 100  # bytes per token: about one dict slot, key and position per n
+    with pytest.raises(ConfigError, match="max_ngram"):
+        PromptLookupDrafter(max_ngram=1_000_000)

@@ -56,7 +56,7 @@ class _Index:
     def __init__(self, min_n: int, max_n: int, separated: bool = False) -> None:
         self.min_n, self.max_n, self.separated = min_n, max_n, separated
         self.tokens: list[int] = []
-        self.positions: list[dict[int, list[int]]] = [{} for _ in range(max_n + 1)]
+        self.positions: list[dict[int, int | list[int]]] = [{} for _ in range(max_n + 1)]
 
     def extend(self, tokens: Sequence[int]) -> None:
         toks, positions, lo, hi = self.tokens, self.positions, self.min_n, self.max_n
@@ -69,7 +69,9 @@ class _Index:
                 key = toks[end - 1] if n == 1 else hash(tuple(toks[end - n:end]))
                 found = positions[n].get(key)
                 if found is None:
-                    positions[n][key] = [end]
+                    positions[n][key] = end  # most n-grams occur once: a bare int until they repeat
+                elif type(found) is int:
+                    positions[n][key] = [found, end]
                 else:
                     found.append(end)
 
@@ -82,8 +84,10 @@ class _Index:
         toks, size, limit = self.tokens, len(self.tokens), min(MAX_MATCH, len(tail))
         for n in range(min(self.max_n, len(tail)), max(self.min_n, shortest) - 1, -1):
             found = self.positions[n].get(tail[-1] if n == 1 else hash(tuple(tail[-n:])))
-            if not found:
+            if found is None:
                 continue
+            if type(found) is int:
+                found = (found,)
             best, best_len, first_next, ambiguous = -1, 0, None, False
             for pos in reversed(found[-CANDIDATES:]):
                 if pos >= size or toks[pos] == SEPARATOR:
