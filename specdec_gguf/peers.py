@@ -61,10 +61,9 @@ class LlamaCppPeer:
 
     def command(self, prompt: str, max_tokens: int) -> list[str]:
         cmd = [str(self.binary), "-m", str(self.model), "-p", prompt, "-n", str(max_tokens), "-c", str(self.n_ctx),
-               "--temp", "0", "--top-k", "1", "--spec-type", self.spec_type, "--draft-max", str(self.draft_max),
-               "--ignore-eos"]
-        if self.draft is not None:
-            cmd += ["-md", str(self.draft)]
+               "--temp", "0", "--top-k", "1", "--spec-type", self.spec_type, "--ignore-eos"]
+        if self.draft is not None:  # n-gram modes keep llama.cpp's own tuned sizes
+            cmd += ["-md", str(self.draft), "--spec-draft-n-max", str(self.draft_max)]
         if self.threads:
             cmd += ["-t", str(self.threads), "-tb", str(self.threads)]
             if self.draft is not None:
