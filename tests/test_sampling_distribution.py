@@ -1,81 +1,289 @@
-"""Seeded statistical tests: speculative sampling has exactly the target's sampling distribution."""
+"""Seeded statistical tests: speculative sampling has exactly the target's sampling distribution.
+
+The reference is exact: the joint distribution of the first K + 1 = 4 tokens under the
+target's own sequential sampling, enumerated over a 5-token vocabulary (625 cells). The
+decoder drafts K = 3 tokens in its first round, so acceptance at slots 1-3, the residual
+after an accepted prefix and the bonus after three accepted tokens all shape the joint.
+A chi-square test compares the decoder's seeded samples with it, for both drafters, every
+filter, and the adaptive schedule. Each verification rule has a negative control: the
+same test, run against a deliberately broken rule, must give a tiny p-value.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from typing import Callable
 
 import numpy as np
 import pytest
-from scipy.stats import chi2
 
+import specdec_gguf.drafters.autoregressive as autoregressive_module
 import specdec_gguf.sampling as sampling_module
 from specdec_gguf import SamplingParams, SpeculativeDecoder
 from specdec_gguf.drafters import AutoregressiveDrafter, PromptLookupDrafter
 from specdec_gguf.engines import InMemoryEngine
 from specdec_gguf.sampling import probs_from_logits
 
-VOCAB = 6
-PROMPT = [0, 1, 2, 0, 1]  # ends on a repeated bigram, so prompt lookup drafts the first token
-TRIALS = 3000
+from sampling_harness import (CostedEngine, FakeClock, allowed_tokens, chi_square_p_value, install_fake_clock,
+                              target_joint)
+
+VOCAB = 5
+K = 3  # drafted slots in the first round
+N_OUT = K + 1  # tokens compared: three drafted slots plus the bonus
+TRIALS = 2000
+PASS_P = 1e-3  # a correct decoder is rejected at this level with probability 0.1% (and the seeds are fixed)
+FAIL_P = 1e-6  # a broken rule must be this far out
+# The schedule learns from the first rounds' outcomes (today's schedule stops drafting a slot
+# whose first observations were rejections), so the adaptive tests' seeds start where the
+# draws let it reach slot K.
+ADAPTIVE_FIRST_SEED = 3000
+TARGET_SEED, SHARPNESS, DRAFT_NOISE = 107, 1.0, 0.8
 
 
-def exact_two_token_distribution(target: InMemoryEngine, params: SamplingParams) -> np.ndarray:
-    """The target's own distribution of the first two sampled tokens, [V, V]."""
-    first = probs_from_logits(target.logits_for(PROMPT), params)
-    joint = np.zeros((VOCAB, VOCAB))
-    for a in range(VOCAB):
-        joint[a] = first[a] * probs_from_logits(target.logits_for(PROMPT + [a]), params)
-    return joint
+def make_target() -> InMemoryEngine:
+    return InMemoryEngine.random(VOCAB, seed=TARGET_SEED, sharpness=SHARPNESS)
 
 
-def chi_square_p_value(target: InMemoryEngine, drafter, params: SamplingParams) -> float:
-    decoder = SpeculativeDecoder(target, drafter, num_draft_tokens=3, adaptive=False)
-    counts = np.zeros((VOCAB, VOCAB))
-    for trial in range(TRIALS):
-        trial_params = SamplingParams(params.temperature, params.top_k, params.top_p, params.min_p, seed=trial)
-        a, b = decoder.generate(PROMPT, 2, trial_params).tokens
-        counts[a, b] += 1
-    expected = exact_two_token_distribution(target, params) * TRIALS
-    if counts[expected == 0].sum() > 0:
-        return 0.0  # a token the target can never produce appeared
-    # Pool the rare cells (expected count < 5) into one, as the chi-square approximation needs.
-    rare = (expected > 0) & (expected < 5)
-    big = expected >= 5
-    observed = np.append(counts[big], counts[rare].sum())
-    wanted = np.append(expected[big], expected[rare].sum())
-    keep = wanted > 0
-    stat = float(((observed[keep] - wanted[keep]) ** 2 / wanted[keep]).sum())
-    return float(chi2.sf(stat, df=int(keep.sum()) - 1))
+def make_draft(target: InMemoryEngine) -> InMemoryEngine:
+    return target.perturbed(DRAFT_NOISE, seed=4)  # agrees often, not always: every path is exercised
 
 
-PARAMS = [
-    SamplingParams(temperature=1.0),
-    SamplingParams(temperature=0.7, top_k=3),
-    SamplingParams(temperature=1.2, top_p=0.8),
-    SamplingParams(temperature=1.0, min_p=0.1),
+def lookup_prompt(target: InMemoryEngine) -> list[int]:
+    """A prompt ending on a bigram seen before, followed there by the target's own greedy path.
+
+    Prompt lookup then proposes K tokens the target finds likely, so whole proposals are
+    often accepted and the bonus after K accepted tokens is drawn often.
+    """
+    path = [4, 2]
+    while len(path) < 2 + K:
+        path.append(int(np.argmax(target.logits_for(path))))
+    return path + [0, 4, 2]
+
+
+PROMPT = lookup_prompt(make_target())
+
+
+def sample_counts(decoder: SpeculativeDecoder, params: SamplingParams, trials: int = TRIALS,
+                  first_seed: int = 0) -> tuple[np.ndarray, list[int]]:
+    """Counts of the decoder's first N_OUT tokens over seeded trials, and slots drafted over all trials."""
+    counts = np.zeros((VOCAB,) * N_OUT)
+    drafted = [0] * K
+    for trial in range(first_seed, first_seed + trials):
+        seeded = dataclasses.replace(params, seed=trial)
+        result = decoder.generate(PROMPT, N_OUT, seeded)
+        counts[tuple(result.tokens)] += 1
+        for i, n in enumerate(result.stats.per_position_drafted[:K]):
+            drafted[i] += n
+    return counts, drafted
+
+
+# Strong filters: the "q rows unfiltered" bug biases the output by the mass the filter
+# removes from q, so mild filters (top-p 0.9, min-p 0.1) would hide it at this sample size.
+PARAMS = {
+    "temperature": SamplingParams(temperature=1.0),
+    "top_k": SamplingParams(temperature=1.0, top_k=2),
+    "top_p": SamplingParams(temperature=1.3, top_p=0.7),
+    "min_p": SamplingParams(temperature=1.0, min_p=0.3),
+}
+FILTERS = ["top_k", "top_p", "min_p"]
+
+
+def reference(params: SamplingParams) -> np.ndarray:
+    return target_joint(make_target(), PROMPT, params, N_OUT)
+
+
+def make_drafter(kind: str, target: InMemoryEngine):
+    return AutoregressiveDrafter(make_draft(target)) if kind == "draft-model" else PromptLookupDrafter(3, 1)
+
+
+def p_value(kind: str, params: SamplingParams, **decoder_kwargs) -> tuple[float, list[int]]:
+    """Run the seeded trials for one drafter and return the p-value and the slots drafted."""
+    target = make_target()
+    decoder = SpeculativeDecoder(target, make_drafter(kind, target), **{"num_draft_tokens": K, "adaptive": False, **decoder_kwargs})
+    counts, drafted = sample_counts(decoder, params)
+    return chi_square_p_value(counts, reference(params)), drafted
+
+
+# -- the decoder is exact ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("params", PARAMS.values(), ids=PARAMS.keys())
+@pytest.mark.parametrize("kind", ["draft-model", "prompt-lookup"])
+def test_first_k_plus_one_tokens_follow_the_target(kind, params):
+    """Fails for every broken rule below (see the negative controls)."""
+    p, drafted = p_value(kind, params)
+    assert drafted[K - 1] >= TRIALS  # every first round drafted all K slots
+    assert p > PASS_P
+
+
+@pytest.mark.parametrize("kind", ["draft-model", "prompt-lookup"])
+def test_adaptive_schedule_is_exact(kind, monkeypatch):
+    """The adaptive schedule picks k from measured costs and acceptance; the output stays exact.
+
+    A fake clock charges each engine pass a fixed cost (the target's pass is expensive, the
+    draft's cheap), so the schedule's choices, and this test, are deterministic. Fails with
+    the residual replaced by p (test_adaptive_negative_control).
+    """
+    clock = install_fake_clock(monkeypatch, FakeClock())
+    p, drafted = adaptive_p_value(kind, SamplingParams(temperature=1.0, top_p=0.9), clock)
+    # The costs are set so the schedule mixes k = 1, 2 and 3 (with the current schedule:
+    # draft model [2647, 2347, 1468], prompt lookup [3336, 2606, 1997] per slot).
+    assert drafted[K - 1] >= TRIALS // 10, f"the schedule hardly drafted {K} slots: {drafted}"
+    assert p > PASS_P
+
+
+def adaptive_p_value(kind: str, params: SamplingParams, clock: FakeClock) -> tuple[float, list[int]]:
+    """Seeded trials through an adaptive decoder whose engines charge ``clock`` for each pass."""
+    target = CostedEngine(make_target(), clock, per_pass=1e-3, per_token=2e-5)
+    drafter = (AutoregressiveDrafter(CostedEngine(make_draft(make_target()), clock, per_pass=1.75e-4, per_token=0.0))
+               if kind == "draft-model" else PromptLookupDrafter(3, 1))
+    decoder = SpeculativeDecoder(target, drafter, num_draft_tokens=K, adaptive=True)
+    counts, drafted = sample_counts(decoder, params, first_seed=ADAPTIVE_FIRST_SEED)
+    return chi_square_p_value(counts, reference(params)), drafted
+
+
+def test_plain_sampling_matches_the_reference():
+    """The harness itself: the target alone (no drafter) passes against the enumerated reference.
+
+    Fails if the reference ignored the filters (the support check in the next test fails too).
+    """
+    params = PARAMS["top_p"]
+    target = make_target()
+    counts, _ = sample_counts(SpeculativeDecoder(target), params)
+    assert chi_square_p_value(counts, reference(params)) > PASS_P
+
+
+@pytest.mark.parametrize("params", PARAMS.values(), ids=PARAMS.keys())
+def test_reference_support_is_what_the_filters_allow(params):
+    """The reference gives mass to exactly the sequences whose every token survives the filters
+    in its context (checked against an independent float64 definition), and sums to 1.
+
+    Fails if target_joint or probs_from_logits dropped a filter, or kept a token a filter removes.
+    """
+    target = make_target()
+    joint = reference(params)
+    for cell in itertools.product(range(VOCAB), repeat=N_OUT):
+        reachable = all(cell[i] in allowed_tokens(target.logits_for(PROMPT + list(cell[:i])), params)
+                        for i in range(N_OUT))
+        assert (joint[cell] > 0) == reachable, cell
+    assert joint.sum() == pytest.approx(1.0, abs=1e-5)  # float32 rows
+    if params.top_k or params.top_p < 1 or params.min_p:
+        assert np.count_nonzero(joint) < VOCAB ** N_OUT  # the filter does cut here
+
+
+def test_q_without_filters_is_still_exact(monkeypatch):
+    """Chen et al. hold for any draft distribution q, as long as the token is drawn from the q
+    the verifier sees: a drafter that ignores the filters (consistently) is slower, not wrong.
+
+    This is why the "filters on p but not on q" negative control below breaks the consistency
+    (q's rows lose the filters, the draws keep them) rather than dropping the filters from q.
+    """
+    params = PARAMS["top_k"]
+    unfiltered = SamplingParams(temperature=params.temperature)
+    real = autoregressive_module.probs_from_logits
+    monkeypatch.setattr(autoregressive_module, "probs_from_logits", lambda logits, _params: real(logits, unfiltered))
+    p, drafted = p_value("draft-model", params)
+    assert drafted[K - 1] >= TRIALS
+    assert p > PASS_P
+
+
+# -- negative controls: each broken rule is caught ----------------------------------------------
+
+def broken_rejection_sample(accept_rule: str) -> Callable:
+    """rejection_sample (sampling.py) with another acceptance test: 'q/p' accepts with
+    min(1, q(x)/p(x)), 'p' with p(x) (q ignored). The rest is the real rule."""
+    def rejection_sample(draft_tokens, draft_probs, target_logits, params, rng):
+        for i, token in enumerate(draft_tokens):
+            target_probs = probs_from_logits(target_logits[i], params)
+            draft_row = draft_probs[i] if draft_probs is not None else None
+            q_x = float(draft_row[token]) if draft_row is not None else 1.0
+            p_x = float(target_probs[token])
+            accept = (min(1.0, q_x / p_x) if p_x > 0 else 0.0) if accept_rule == "q/p" else p_x
+            if rng.random() < accept:
+                continue
+            return i, sampling_module.sample(sampling_module.residual_probs(target_probs, draft_row, token), rng)
+        k = len(draft_tokens)
+        return k, sampling_module.sample(probs_from_logits(target_logits[k], params), rng)
+    return rejection_sample
+
+
+def _shifted_rows(target_logits: np.ndarray) -> np.ndarray:
+    """Slot i verified against target row i + 1 (the anchor's row forgotten); the bonus keeps the last row."""
+    return np.concatenate([target_logits[1:], target_logits[-1:]])
+
+
+def _bonus_from_previous_row(target_logits: np.ndarray) -> np.ndarray:
+    """The bonus (row k) drawn from row k - 1, the last drafted slot's distribution."""
+    return np.concatenate([target_logits[:-1], target_logits[-2:-1]]) if len(target_logits) > 1 else target_logits
+
+
+def break_rule(monkeypatch, bug: str, params: SamplingParams) -> None:
+    """Install one deliberately broken verification rule."""
+    real = sampling_module.rejection_sample
+    if bug == "ratio q/p":
+        monkeypatch.setattr(sampling_module, "rejection_sample", broken_rejection_sample("q/p"))
+    elif bug == "ratio p":
+        monkeypatch.setattr(sampling_module, "rejection_sample", broken_rejection_sample("p"))
+    elif bug == "residual is p":
+        monkeypatch.setattr(sampling_module, "residual_probs", lambda target_probs, draft_row, token: target_probs)
+    elif bug == "bonus row":
+        monkeypatch.setattr(sampling_module, "rejection_sample",
+                            lambda tokens, q, logits, *a: real(tokens, q, _bonus_from_previous_row(logits), *a))
+    elif bug == "rows off by one":
+        monkeypatch.setattr(sampling_module, "rejection_sample",
+                            lambda tokens, q, logits, *a: real(tokens, q, _shifted_rows(logits), *a))
+    elif bug == "p unfiltered":
+        # The verifier's p drops the filters (the drafter's q keeps them).
+        unfiltered = SamplingParams(temperature=params.temperature)
+        real_probs = sampling_module.probs_from_logits
+        monkeypatch.setattr(sampling_module, "probs_from_logits", lambda logits, _params: real_probs(logits, unfiltered))
+    elif bug == "q rows unfiltered":
+        # The draft token is drawn from the filtered q, but the rows handed to verification lack the filters.
+        unfiltered = SamplingParams(temperature=params.temperature)
+        real_probs, real_sample = autoregressive_module.probs_from_logits, autoregressive_module.sample
+        monkeypatch.setattr(autoregressive_module, "probs_from_logits",
+                            lambda logits, _params: real_probs(logits, unfiltered))
+        filters_only = dataclasses.replace(params, temperature=1.0)  # the rows are already tempered
+        monkeypatch.setattr(autoregressive_module, "sample",
+                            lambda probs, rng: real_sample(real_probs(np.log(probs), filters_only), rng))
+    else:
+        raise ValueError(bug)
+
+
+NEGATIVE = [
+    # (bug, drafter, filter): a deterministic drafter has q one-hot, so "ratio p" and the
+    # q-row bug change nothing there (p(x)/1 == p(x)) and are run on the draft model only.
+    ("ratio q/p", "draft-model", "temperature"),
+    ("ratio q/p", "prompt-lookup", "temperature"),
+    ("ratio p", "draft-model", "temperature"),
+    ("residual is p", "draft-model", "temperature"),
+    ("residual is p", "prompt-lookup", "temperature"),
+    ("bonus row", "draft-model", "temperature"),
+    ("bonus row", "prompt-lookup", "temperature"),
+    ("rows off by one", "draft-model", "temperature"),
+    ("rows off by one", "prompt-lookup", "temperature"),
+    ("p unfiltered", "draft-model", "top_p"),
+    ("p unfiltered", "prompt-lookup", "min_p"),
+    *[("q rows unfiltered", "draft-model", f) for f in FILTERS],
 ]
 
 
-def make_pair() -> tuple[InMemoryEngine, InMemoryEngine]:
-    target = InMemoryEngine.random(VOCAB, seed=3, sharpness=1.0)
-    return target, target.perturbed(3.0, seed=4)  # a poor draft: many rejections exercise the residual
+@pytest.mark.parametrize("bug, kind, filter_name", NEGATIVE, ids=[" / ".join(n) for n in NEGATIVE])
+def test_negative_control(monkeypatch, bug, kind, filter_name):
+    """Proof the exactness test can fail: the same test against a broken rule gives a tiny p-value."""
+    params = PARAMS[filter_name]
+    break_rule(monkeypatch, bug, params)
+    p, _ = p_value(kind, params)
+    assert p < FAIL_P
 
 
-@pytest.mark.parametrize("params", PARAMS, ids=["temp", "top_k", "top_p", "min_p"])
-@pytest.mark.parametrize("drafter_kind", ["draft-model", "prompt-lookup"])
-def test_speculative_sampling_matches_target_distribution(params, drafter_kind):
-    target, draft = make_pair()
-    drafter = AutoregressiveDrafter(draft) if drafter_kind == "draft-model" else PromptLookupDrafter(2, 1)
-    assert chi_square_p_value(target, drafter, params) > 1e-3
-
-
-@pytest.mark.parametrize("drafter_kind", ["draft-model", "prompt-lookup"])
-def test_broken_residual_is_detected(monkeypatch, drafter_kind):
-    """Proof the test above can fail: sampling the correction from p instead of the residual."""
-    monkeypatch.setattr(sampling_module, "residual_probs", lambda target_probs, draft_row, token: target_probs)
-    target, draft = make_pair()
-    drafter = AutoregressiveDrafter(draft) if drafter_kind == "draft-model" else PromptLookupDrafter(2, 1)
-    assert chi_square_p_value(target, drafter, SamplingParams(temperature=1.0)) < 1e-6
+@pytest.mark.parametrize("kind", ["draft-model", "prompt-lookup"])
+def test_adaptive_negative_control(monkeypatch, kind):
+    """The adaptive test can fail too: the residual replaced by p."""
+    clock = install_fake_clock(monkeypatch, FakeClock())
+    break_rule(monkeypatch, "residual is p", SamplingParams(temperature=1.0))
+    p, _ = adaptive_p_value(kind, SamplingParams(temperature=1.0, top_p=0.9), clock)
+    assert p < FAIL_P
 
 
 def test_seeded_sampling_is_reproducible(target, draft):
@@ -85,12 +293,3 @@ def test_seeded_sampling_is_reproducible(target, draft):
     assert runs[0] == runs[1]
     other = decoder.generate([1, 2], 50, SamplingParams(temperature=0.9, top_p=0.95, seed=99)).tokens
     assert other != runs[0]
-
-
-def test_all_joint_cells_reachable_in_reference():
-    """Sanity of the reference itself: it is a distribution."""
-    target, _ = make_pair()
-    for params in PARAMS:
-        joint = exact_two_token_distribution(target, params)
-        assert abs(joint.sum() - 1.0) < 1e-6  # float32 probabilities
-        assert all(joint[a, b] >= 0 for a, b in itertools.product(range(VOCAB), repeat=2))
