@@ -11,6 +11,8 @@ from typer.testing import CliRunner
 from specdec_cli.app import app
 from specdec_gguf.tiny import write_incompatible_draft
 
+from identity import assert_matches_plain, plain_reference, strict_identity
+
 runner = CliRunner()
 PROMPT = "the model is fast and the draft is"
 
@@ -25,7 +27,10 @@ def run_json(family, *extra: str) -> dict:
     return json.loads(result.stdout)
 
 
-def test_run_json_schema_and_exact_greedy_across_drafters(tiny_family):
+def test_run_json_schema_and_exact_greedy_across_drafters(tiny_family, tiny_engines):
+    """Every drafter's greedy output is plain decoding's up to its first near-tie (identity.py)."""
+    target, _ = tiny_engines
+    reference = plain_reference(target, target.tokenize(PROMPT), 40)
     plain = run_json(tiny_family)
     draft = run_json(tiny_family, "-md", tiny_family.draft, "-k", "4", "--fixed-k")
     lookup = run_json(tiny_family, "--prompt-lookup", "-k", "6")
@@ -37,8 +42,9 @@ def test_run_json_schema_and_exact_greedy_across_drafters(tiny_family):
         for key in ("acceptance_rate", "tokens_per_target_pass", "generation_throughput", "drafted",
                     "accepted", "per_position_acceptance", "accepted_length_histogram", "prefill_seconds"):
             assert key in out["stats"]
-        assert out["tokens"] == plain["tokens"]
-        assert out["text"] == plain["text"]
+        assert_matches_plain(out["tokens"], reference, strict=strict_identity(target))
+        if out["tokens"] == plain["tokens"]:
+            assert out["text"] == plain["text"]
     assert plain["stats"]["drafted"] == 0 and plain["settings"]["drafter"]["kind"] == "none"
     assert draft["stats"]["drafted"] > 0 and draft["settings"]["drafter"]["kind"] == "draft-model"
     assert draft["settings"]["drafter"]["num_draft_tokens"] == 4
@@ -147,14 +153,17 @@ def read_lines(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_batch_writes_results_and_config(tiny_family, tmp_path):
+def test_batch_writes_results_and_config(tiny_family, tiny_engines, tmp_path):
     result = invoke("batch", write_config(tmp_path, tiny_family))
     assert result.exit_code == 0, result.output
     lines = read_lines(tmp_path / "out.jsonl")
     assert [(r["run"], r["id"]) for r in lines] == [(run, pid) for pid in "abc" for run in ("plain", "draft")]
+    target, _ = tiny_engines
+    texts = {"a": "the model is", "b": "the draft was", "c": "data token"}
     for pid in "abc":
-        plain, draft = [r for r in lines if r["id"] == pid]
-        assert plain["tokens"] == draft["tokens"]  # greedy speculation is exact
+        reference = plain_reference(target, target.tokenize(texts[pid]), 12)
+        for record in (r for r in lines if r["id"] == pid):  # greedy speculation is exact (up to near-ties)
+            assert_matches_plain(record["tokens"], reference, strict=strict_identity(target))
     saved = json.loads((tmp_path / "out.jsonl.config.json").read_text())
     assert saved["runs"][1]["drafter"]["num_draft_tokens"] == 3
     assert "batch summary" in result.stdout and "speed-up" in result.stdout
@@ -264,10 +273,12 @@ def test_batch_output_errors_are_one_line(tiny_family, tmp_path):
 
 
 def test_run_with_target_in_child_interpreter(tiny_family):
+    """Same build, fixed k: the child makes the same passes as the parent, so the logits, and the
+    output, are bit-identical (no near-tie caveat)."""
     import sys
 
-    local = run_json(tiny_family, "-md", tiny_family.draft)
-    remote = run_json(tiny_family, "-md", tiny_family.draft, "--target-python", sys.executable)
+    local = run_json(tiny_family, "-md", tiny_family.draft, "--fixed-k")
+    remote = run_json(tiny_family, "-md", tiny_family.draft, "--fixed-k", "--target-python", sys.executable)
     assert remote["tokens"] == local["tokens"]
     assert remote["settings"]["target"]["python"] == sys.executable
 

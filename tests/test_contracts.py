@@ -19,6 +19,8 @@ from specdec_gguf.engine import DrafterBase
 from specdec_gguf.engines import InMemoryEngine
 from specdec_gguf.settings import DrafterSettings, EngineSettings
 
+from identity import assert_matches_plain, plain_reference, strict_identity
+
 PACKAGE = Path(__file__).resolve().parents[1] / "specdec_gguf"
 
 
@@ -226,13 +228,13 @@ def test_draft_with_a_larger_vocabulary_never_sends_foreign_ids(tiny_family, tmp
     try:
         assert wide.n_vocab == target.n_vocab + 100
         prompt = target.tokenize("the model is fast and the draft is")
-        plain = SpeculativeDecoder(target).generate(prompt, 24).tokens
+        reference = plain_reference(target, prompt, 24)
         for temperature in (0.0, 0.8):
             result = SpeculativeDecoder(target, AutoregressiveDrafter(wide), num_draft_tokens=4, adaptive=False).generate(
                 prompt, 24, SamplingParams(temperature=temperature, seed=1))
             assert len(result.tokens) == 24
             if temperature == 0.0:
-                assert result.tokens == plain
+                assert_matches_plain(result.tokens, reference, strict=strict_identity(target))
     finally:
         target.close()
         wide.close()

@@ -45,12 +45,53 @@ def test_sparklines_scale_with_values():
     assert _spark([0, 3, 6], 6) == " ▄█"
 
 
+def text_panel_styles(state: LiveState) -> dict[str, set[str]]:
+    """For each generated token text, the styles its characters carry in the text panel's line.
+
+    Reads rich's rendered segments (not the exported HTML, where the legend's colours would
+    count too): finds the panel line holding the text, and maps each piece to its styles.
+    """
+    from rich.segment import Segment
+
+    console = Console(width=100, color_system="truecolor", force_terminal=True)
+    lines = list(Segment.split_lines(console.render(render(state), console.options)))
+    line = next(line for line in lines if state.text in "".join(seg.text for seg in line))
+    chars: list[tuple[str, str]] = []  # (character, style) along the line
+    for seg in line:
+        chars += [(c, str(seg.style or "")) for c in seg.text]
+    text = "".join(c for c, _ in chars)
+    start = text.index(state.text)
+    styles, pos = {}, start
+    for piece, _ in state.segments:
+        styles[piece] = {style for _, style in chars[pos:pos + len(piece)]}
+        pos += len(piece)
+    return styles
+
+
+def assert_tokens_coloured_by_origin() -> None:
+    state = LiveState(title="t")
+    for piece, origin in [("Hello", "accepted"), ("!", "correction"), (" Bye", "bonus"), (" now", "target")]:
+        state.add(piece, origin)
+    assert text_panel_styles(state) == {"Hello": {"green"}, "!": {"yellow"}, " Bye": {"bold cyan"}, " now": {""}}
+
+
 def test_render_colours_tokens_by_origin():
+    """Each token's own characters carry its origin's colour (the legend's colours don't count).
+    Fails when render_text drops the styles (test_uncoloured_text_is_caught)."""
+    assert_tokens_coloured_by_origin()
+
+
+def test_uncoloured_text_is_caught(monkeypatch):
+    """The colour test can fail: a text panel without styles while the legend stays coloured
+    (the old check, colours anywhere in the HTML, passed on the legend alone)."""
+    import specdec_cli.live as live
+    from rich.text import Text
+
+    monkeypatch.setattr(live, "render_text", lambda state, *a, **k: Text(state.text))
     html = recorded(sample_state()).export_html(inline_styles=True)
-    # accepted (green), correction (yellow), bonus (cyan) each carry their own colour
-    assert html.count("color: #008000") >= 1
-    assert "color: #808000" in html
-    assert "color: #008080" in html
+    assert "color: #008000" in html and "color: #808000" in html and "color: #008080" in html
+    with pytest.raises(AssertionError):
+        assert_tokens_coloured_by_origin()
 
 
 def test_render_shows_tail_of_long_text():
