@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,7 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from specdec_gguf.batch import BatchRunner, RunSummary, StopFlag, read_results, summarize_results
+from specdec_gguf.batch import BatchItem, BatchRunner, RunSummary, StopFlag, read_results, summarize_results
 from specdec_gguf.config import load_batch_config
 
 from .common import handle_errors, stdout_is_tty
@@ -52,18 +53,34 @@ def batch(
                           "or remove it / choose -o to start over")
     runner = BatchRunner(cfg, verbose=verbose)
     records: list[dict[str, Any]] = []
+    def first_signal() -> None:
+        # Runs inside the signal handler: one plain write (rich's print is not reentrant).
+        item = runner.in_progress
+        message = (f"stopping after {item.run.name} · {item.prompt.id}; Ctrl-C again drops it" if item
+                   else "stopping before the next prompt")
+        os.write(2, (message + "\n").encode())
+
     try:
-        items = runner.pending(resume)
-        runner.save_config()
-        skipped = len(cfg.runs) * len(cfg.prompts) - len(items)
-        if skipped:
-            console.print(f"resuming: {skipped} results already in {cfg.output}", markup=False)
-        with StopFlag() as stop, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                          TimeElapsedColumn(), console=console, transient=True) as progress:
-            task = progress.add_task("batch", total=len(items))
-            for item, record in runner.run(items, stop):
-                records.append(record)
-                progress.update(task, advance=1, description=escape(f"{item.run.name} · {item.prompt.id}"))
+        # Signals are handled from here on, so whatever this prints comes after they are.
+        with StopFlag(on_first=first_signal) as stop:
+            items = runner.pending(resume)
+            runner.save_config()
+            skipped = len(cfg.runs) * len(cfg.prompts) - len(items)
+            if skipped:
+                console.print(f"resuming: {skipped} results already in {cfg.output}", markup=False)
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=console, transient=True, disable=not console.is_terminal) as progress:
+                task = progress.add_task("batch", total=len(items))
+
+                def started(item: BatchItem) -> None:
+                    name = f"{item.run.name} · {item.prompt.id}"
+                    progress.update(task, description=escape(name))
+                    if not console.is_terminal:  # no progress bar to show it: one line per prompt
+                        console.print(f"[{len(records) + 1}/{len(items)}] {name}", markup=False, highlight=False)
+
+                for item, record in runner.run(items, stop, on_start=started):
+                    records.append(record)
+                    progress.update(task, advance=1)
             interrupted = stop.requested
     finally:
         runner.close()

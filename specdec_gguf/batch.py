@@ -13,7 +13,7 @@ import statistics
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .chat import chat_prompt_tokens, end_of_turn_tokens, load_chat_template, require_template
 from .config import BatchConfig, Prompt, RunSettings
@@ -73,10 +73,19 @@ class BatchItem:
 
 
 class StopFlag:
-    """Set by SIGINT/SIGTERM: the batch stops after the prompt in progress; a second signal aborts."""
+    """Set by SIGINT/SIGTERM: the batch stops after the prompt in progress; a second signal aborts.
 
-    def __init__(self) -> None:
+    ``on_first`` is called (in the signal handler) when the first signal arrives, so a
+    front-end can say that a second one drops the prompt in progress. The second signal
+    raises KeyboardInterrupt and sets ``aborted``: Python loses an exception raised while the
+    handler happens to run inside a destructor or a callback, so the batch loop checks
+    ``aborted`` between rounds too.
+    """
+
+    def __init__(self, on_first: Callable[[], None] | None = None) -> None:
         self.requested = False
+        self.aborted = False
+        self.on_first = on_first
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopFlag:
@@ -87,8 +96,11 @@ class StopFlag:
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested:
+            self.aborted = True
             raise KeyboardInterrupt  # second signal: drop the prompt in progress
         self.requested = True
+        if self.on_first is not None:
+            self.on_first()
 
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
@@ -104,6 +116,7 @@ class BatchRunner:
             raise SpecDecError(f"{config.output}: is a directory; give a file path for the results")
         self.config = config
         self.results = ResultsFile(config.output)
+        self.in_progress: BatchItem | None = None  # the (run, prompt) being generated, for progress messages
         self.target = open_engine(config.target, verbose=verbose)
         self.draft: SpeculativeEngine | None = None
         try:
@@ -126,16 +139,25 @@ class BatchRunner:
         path.write_text(json.dumps(self.config.resolved(), indent=2) + "\n", encoding="utf-8")
         return path
 
-    def run(self, items: list[BatchItem], stop: StopFlag) -> Iterator[tuple[BatchItem, dict[str, Any]]]:
-        """Run ``items`` in order, appending each result as it finishes; stops early when ``stop`` is set."""
+    def run(self, items: list[BatchItem], stop: StopFlag,
+            on_start: Callable[[BatchItem], None] | None = None) -> Iterator[tuple[BatchItem, dict[str, Any]]]:
+        """Run ``items`` in order, appending each result as it finishes; stops early when ``stop`` is set.
+
+        ``on_start`` is called with each item just before it is generated.
+        """
         for item in items:
             if stop.requested:
                 return
-            record = self.run_one(item)
+            self.in_progress = item
+            if on_start is not None:
+                on_start(item)
+            record = self.run_one(item, stop)
+            self.in_progress = None
             self.results.append(record)
             yield item, record
 
-    def run_one(self, item: BatchItem) -> dict[str, Any]:
+    def run_one(self, item: BatchItem, stop_flag: StopFlag | None = None) -> dict[str, Any]:
+        """Generate one (run, prompt) result; raises KeyboardInterrupt once ``stop_flag`` is aborted."""
         target = self.target
         stop_ids: frozenset[int] = frozenset()
         if self.config.chat:
@@ -145,8 +167,12 @@ class BatchRunner:
         else:
             prompt_tokens = target.tokenize(item.prompt.text, add_bos=True)
         decoder: SpeculativeDecoder = self.decoders[item.run.name]
-        events = list(stream_text(decoder, target.token_to_piece, prompt_tokens, item.run.max_tokens,
-                                  item.run.sampling, stop_token_ids=stop_ids, stop=item.run.stop))
+        events = []
+        for event in stream_text(decoder, target.token_to_piece, prompt_tokens, item.run.max_tokens,
+                                 item.run.sampling, stop_token_ids=stop_ids, stop=item.run.stop):
+            events.append(event)
+            if stop_flag is not None and stop_flag.aborted:
+                raise KeyboardInterrupt  # the second signal's own exception was lost (see StopFlag)
         return {"run": item.run.name, "id": item.prompt.id, "text": "".join(e.text for e in events),
                 "tokens": [t for e in events for t in e.tokens], "stop_reason": events[-1].stop_reason,
                 "stats": events[-1].stats.as_dict()}

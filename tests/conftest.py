@@ -33,11 +33,15 @@ def tiny_family(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_engines(tiny_family):
-    """Loaded tiny target and draft engines, shared by the tests that reset them."""
+    """Loaded tiny target and draft engines, shared by the tests that reset them.
+
+    One thread each: a tiny model gains nothing from more, and llama.cpp's spinning thread
+    barriers slow down by orders of magnitude when the cores are shared with other work.
+    """
     from specdec_gguf.engines import LlamaCppEngine
 
-    target = LlamaCppEngine(tiny_family.target, n_ctx=512, n_batch=64)
-    draft = LlamaCppEngine(tiny_family.draft, n_ctx=512, n_batch=64)
+    target = LlamaCppEngine(tiny_family.target, n_ctx=512, n_batch=64, n_threads=1)
+    draft = LlamaCppEngine(tiny_family.draft, n_ctx=512, n_batch=64, n_threads=1)
     yield target, draft
     target.close()
     draft.close()

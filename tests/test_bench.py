@@ -1,0 +1,150 @@
+"""`specdec bench` and specdec_gguf.benchmark: the figures the README and docs/performance.md quote.
+
+Timings are never asserted (they vary); what is asserted is the documented arithmetic
+(docs/metrics.md, "Benchmark figures") on synthetic trials, the interleaved order of
+the trials, and the command's output contract on tiny models.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from specdec_cli.app import app
+from specdec_gguf.benchmark import Strategy, Trial, predicted_speedup, run_trials, summarize
+from specdec_gguf.settings import DrafterSettings
+
+PLAIN = Strategy("plain", DrafterSettings(kind="none"))
+LOOKUP_K2 = Strategy("lookup k=2", DrafterSettings(kind="prompt-lookup", num_draft_tokens=2, adaptive=False))
+LOOKUP_ADAPTIVE = Strategy("lookup adaptive", DrafterSettings(kind="prompt-lookup", num_draft_tokens=8, adaptive=True))
+
+
+def trials_for(name: str, per_prompt: dict[str, list[float]], tokens: dict[str, tuple[int, ...]],
+               tokens_per_pass: float = 1.0, draft_per_token: float = 0.0) -> list[Trial]:
+    return [Trial(name, pid, rep, rate, 0.5, tokens_per_pass, draft_per_token, tokens[pid])
+            for pid, rates in per_prompt.items() for rep, rate in enumerate(rates)]
+
+
+def synthetic_trials() -> list[Trial]:
+    same = {"a": (1, 2, 3), "b": (4, 5, 6)}
+    return (trials_for("plain", {"a": [100, 110, 90], "b": [50, 60, 40]}, same)
+            + trials_for("lookup k=2", {"a": [200, 190, 300], "b": [50, 45, 75]}, {"a": (1, 2, 3), "b": (4, 5, 7)},
+                         tokens_per_pass=2.4, draft_per_token=0.1)
+            + trials_for("lookup adaptive", {"a": [300, 300, 300], "b": [100, 100, 100]}, same,
+                         tokens_per_pass=3.0, draft_per_token=0.1))
+
+
+def test_speedup_is_the_geometric_mean_of_per_prompt_median_ratios():
+    """docs/metrics.md: 'vs plain' = geometric mean over prompts of median(strategy) / median(plain).
+
+    Fails for a ratio of overall medians (1.77x here), of overall means (1.91x), or an arithmetic
+    mean of the per-prompt ratios (1.5x) instead of 1.41x."""
+    reports = {r.name: r for r in summarize(synthetic_trials(), [PLAIN, LOOKUP_K2, LOOKUP_ADAPTIVE])}
+    lookup = reports["lookup k=2"]
+    assert lookup.per_prompt_speedup == pytest.approx({"a": 2.0, "b": 1.0})
+    assert lookup.speedup == pytest.approx(math.sqrt(2.0))
+    assert lookup.median_throughput == pytest.approx(132.5)  # median over all its trials
+    assert reports["lookup adaptive"].speedup == pytest.approx(math.sqrt(3.0 * 2.0))
+    plain = reports["plain"]
+    assert plain.speedup == 1.0 and plain.per_prompt_speedup == {"a": 1.0, "b": 1.0}
+    assert plain.greedy_match == 1.0
+    assert lookup.greedy_match == 0.5  # prompt b's output differs from plain's
+    assert lookup.tokens_per_target_pass == pytest.approx(2.4)
+
+
+def test_optimum_is_the_best_fixed_k_prediction():
+    """docs/metrics.md: optimum = max over fixed-k runs of tokens_per_pass / (T(k+1)/T(1) + k·draft/T(1)),
+    shared by every strategy of that drafter, and 'of optimum' = speed-up / optimum.
+    Fails if the optimum were kept per strategy instead of per drafter (the adaptive row would have none)."""
+    curve = {1: 1.0, 3: 1.5}
+    reports = {r.name: r for r in summarize(synthetic_trials(), [PLAIN, LOOKUP_K2, LOOKUP_ADAPTIVE], curve)}
+    expected = 2.4 / (1.5 + 2 * 0.1)
+    assert predicted_speedup(2.4, 2, curve, 0.1) == pytest.approx(expected)
+    for name in ("lookup k=2", "lookup adaptive"):
+        assert reports[name].predicted_optimum == pytest.approx(expected)
+        assert reports[name].share_of_optimum == pytest.approx(reports[name].speedup / expected)
+    assert reports["plain"].predicted_optimum is None
+
+
+def test_trials_are_interleaved_after_a_warm_up(tiny_engines):
+    """Every strategy runs on a prompt before any runs it again (A B C A B C), repeat after repeat,
+    so a slow stretch of the machine hits all of them alike. Fails for strategy-major loops."""
+    target, draft = tiny_engines
+    strategies = [PLAIN, Strategy("draft k=2", DrafterSettings(kind="draft-model", num_draft_tokens=2,
+                                                              adaptive=False)), LOOKUP_K2]
+    prompts = [("x", target.tokenize("the model is")), ("y", target.tokenize("the draft was"))]
+    seen = []
+    trials = run_trials(target, draft, strategies, prompts, 6, 2, on_trial=seen.append)
+    assert [(t.repeat, t.prompt_id, t.strategy) for t in trials] == [
+        (rep, pid, s.name) for rep in range(2) for pid in ("x", "y") for s in strategies]
+    assert seen == trials
+    assert all(len(t.tokens) == 6 for t in trials)  # end-of-generation ignored: every trial is full length
+    assert all(t.throughput > 0 for t in trials)
+
+
+runner = CliRunner()
+
+
+def bench(family, *args: str):
+    return runner.invoke(app, ["bench", "-m", str(family.target), "-md", str(family.draft), "--k", "1,2",
+                               "--adaptive-k", "3", "--repeats", "2", "-n", "8", "-c", "1024", "-t", "1",
+                               "--only", "code-edit,story", *args])
+
+
+def test_bench_json_contract(tiny_family):
+    """--json: one object with a report per strategy (plain first, the k sweep and adaptive for each
+    drafter), per-prompt speed-ups for the chosen prompts, the cost curve, and the run's settings;
+    each speed-up is the geometric mean of its per-prompt figures."""
+    result = bench(tiny_family, "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert set(out) == {"reports", "cost_curve_seconds", "prompts", "max_tokens", "repeats"}
+    assert out["prompts"] == ["code-edit", "story"] and out["max_tokens"] == 8 and out["repeats"] == 2
+    names = [r["name"] for r in out["reports"]]
+    assert names == ["plain", "draft k=1", "draft k=2", "draft adaptive", "lookup k=1", "lookup k=2",
+                     "lookup adaptive"]
+    assert sorted(int(n) for n in out["cost_curve_seconds"]) == [1, 2, 3]
+    for report in out["reports"]:
+        per_prompt = report["per_prompt_speedup"]
+        assert list(per_prompt) == ["code-edit", "story"]
+        assert report["speedup"] == pytest.approx(math.prod(per_prompt.values()) ** 0.5)
+        assert report["median_throughput"] > 0
+        assert 0.0 <= report["greedy_match"] <= 1.0
+    plain = out["reports"][0]
+    assert plain["speedup"] == 1.0 and set(plain["per_prompt_speedup"].values()) == {1.0}
+    assert plain["greedy_match"] == 1.0 and plain["tokens_per_target_pass"] == 1.0
+    assert all(r["predicted_optimum"] is not None for r in out["reports"][1:])
+
+
+def test_bench_tables(tiny_family):
+    """Without --json: the strategy table, the per-prompt speed-up table (a column per prompt),
+    the verify-cost curve and the bar chart."""
+    result = bench(tiny_family, "--no-prompt-lookup")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "specdec bench (greedy)" in out and "speed-up over plain, per prompt" in out
+    per_prompt = out[out.index("speed-up over plain, per prompt"):]
+    assert "code-edit" in per_prompt and "story" in per_prompt and "explain" not in per_prompt
+    for name in ("plain", "draft k=1", "draft k=2", "draft adaptive"):
+        assert name in per_prompt
+    assert "lookup" not in out
+    assert "verify cost vs one-token pass: 1: 1.00x, 2: " in out
+    assert "speed-up over plain decoding:" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--k", "1,x"], r"--k '1,x' must be comma-separated integers"),
+    (["--k", "0"], r"--k values \(0\), --repeats \(2\) and -n \(8\) must be >= 1"),
+    (["--only", "nope"], r"--only 'nope' matches no prompt id"),
+    (["--peer", "vllm"], r"--peer 'vllm': the only peer is 'llama-cpp-python'"),
+])
+def test_bench_errors_are_one_line(tiny_family, args, message):
+    import re
+
+    result = runner.invoke(app, ["bench", "-m", str(tiny_family.target), "-n", "8", "--repeats", "2", *args])
+    assert result.exit_code == 1
+    assert re.search(message, result.stderr), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
