@@ -4,8 +4,6 @@ fake clock that makes the adaptive schedule's choices deterministic."""
 from __future__ import annotations
 
 import itertools
-import sys
-import time
 from typing import Sequence
 
 import numpy as np
@@ -64,22 +62,14 @@ def allowed_tokens(logits: np.ndarray, params: SamplingParams) -> set[int]:
 
 
 class FakeClock:
-    """A clock that moves only when an engine is charged for a pass: adaptive choices become deterministic."""
+    """A clock (``SpeculativeDecoder(clock=...)``) that moves only when an engine is charged for a pass,
+    so the adaptive schedule's choices are deterministic."""
 
     def __init__(self) -> None:
         self.now = 0.0
 
     def __call__(self) -> float:
         return self.now
-
-
-def install_fake_clock(monkeypatch, clock: FakeClock) -> FakeClock:
-    """Every specdec_gguf module that reads ``perf_counter`` reads ``clock`` instead."""
-    monkeypatch.setattr(time, "perf_counter", clock)
-    for name, module in list(sys.modules.items()):
-        if name.startswith("specdec_gguf") and hasattr(module, "perf_counter"):
-            monkeypatch.setattr(module, "perf_counter", clock)
-    return clock
 
 
 class CostedEngine(EngineBase):

@@ -25,8 +25,10 @@ from specdec_gguf.drafters import AutoregressiveDrafter, PromptLookupDrafter
 from specdec_gguf.engines import InMemoryEngine
 from specdec_gguf.sampling import probs_from_logits
 
-from sampling_harness import (CostedEngine, FakeClock, allowed_tokens, chi_square_p_value, install_fake_clock,
-                              target_joint)
+from specdec_gguf.profile import CostProfile
+from specdec_gguf.schedule import AdaptiveSchedule
+
+from sampling_harness import CostedEngine, FakeClock, allowed_tokens, chi_square_p_value, target_joint
 
 VOCAB = 5
 K = 3  # drafted slots in the first round
@@ -34,10 +36,6 @@ N_OUT = K + 1  # tokens compared: three drafted slots plus the bonus
 TRIALS = 2000
 PASS_P = 1e-3  # a correct decoder is rejected at this level with probability 0.1% (and the seeds are fixed)
 FAIL_P = 1e-6  # a broken rule must be this far out
-# The schedule learns from the first rounds' outcomes (today's schedule stops drafting a slot
-# whose first observations were rejections), so the adaptive tests' seeds start where the
-# draws let it reach slot K.
-ADAPTIVE_FIRST_SEED = 3000
 TARGET_SEED, SHARPNESS, DRAFT_NOISE = 107, 1.0, 0.8
 
 
@@ -64,12 +62,12 @@ def lookup_prompt(target: InMemoryEngine) -> list[int]:
 PROMPT = lookup_prompt(make_target())
 
 
-def sample_counts(decoder: SpeculativeDecoder, params: SamplingParams, trials: int = TRIALS,
-                  first_seed: int = 0) -> tuple[np.ndarray, list[int]]:
+def sample_counts(decoder: SpeculativeDecoder, params: SamplingParams,
+                  trials: int = TRIALS) -> tuple[np.ndarray, list[int]]:
     """Counts of the decoder's first N_OUT tokens over seeded trials, and slots drafted over all trials."""
     counts = np.zeros((VOCAB,) * N_OUT)
     drafted = [0] * K
-    for trial in range(first_seed, first_seed + trials):
+    for trial in range(trials):
         seeded = dataclasses.replace(params, seed=trial)
         result = decoder.generate(PROMPT, N_OUT, seeded)
         counts[tuple(result.tokens)] += 1
@@ -117,28 +115,43 @@ def test_first_k_plus_one_tokens_follow_the_target(kind, params):
 
 
 @pytest.mark.parametrize("kind", ["draft-model", "prompt-lookup"])
-def test_adaptive_schedule_is_exact(kind, monkeypatch):
-    """The adaptive schedule picks k from measured costs and acceptance; the output stays exact.
+def test_adaptive_schedule_is_exact(kind):
+    """The adaptive schedule picks k per round from costs and acceptance; the output stays exact.
 
-    A fake clock charges each engine pass a fixed cost (the target's pass is expensive, the
-    draft's cheap), so the schedule's choices, and this test, are deterministic. Fails with
+    The engines charge a fake clock for each pass (the target's pass is expensive, a draft
+    model's cheap), so the schedule's choices, and this test, are deterministic. Fails with
     the residual replaced by p (test_adaptive_negative_control).
     """
-    clock = install_fake_clock(monkeypatch, FakeClock())
-    p, drafted = adaptive_p_value(kind, SamplingParams(temperature=1.0, top_p=0.9), clock)
+    p, drafted = adaptive_p_value(kind, SamplingParams(temperature=1.0, top_p=0.9))
     # The costs are set so the schedule mixes k = 1, 2 and 3 (with the current schedule:
-    # draft model [2647, 2347, 1468], prompt lookup [3336, 2606, 1997] per slot).
+    # draft model [2666, 2206, 873], prompt lookup [2642, 2637, 1930] per slot over all trials).
     assert drafted[K - 1] >= TRIALS // 10, f"the schedule hardly drafted {K} slots: {drafted}"
+    assert drafted[0] > drafted[K - 1], f"the schedule always drafted {K}: {drafted}"
     assert p > PASS_P
 
 
-def adaptive_p_value(kind: str, params: SamplingParams, clock: FakeClock) -> tuple[float, list[int]]:
-    """Seeded trials through an adaptive decoder whose engines charge ``clock`` for each pass."""
-    target = CostedEngine(make_target(), clock, per_pass=1e-3, per_token=2e-5)
-    drafter = (AutoregressiveDrafter(CostedEngine(make_draft(make_target()), clock, per_pass=1.75e-4, per_token=0.0))
-               if kind == "draft-model" else PromptLookupDrafter(3, 1))
-    decoder = SpeculativeDecoder(target, drafter, num_draft_tokens=K, adaptive=True)
-    counts, drafted = sample_counts(decoder, params, first_seed=ADAPTIVE_FIRST_SEED)
+TARGET_PASS, TARGET_PER_TOKEN, DRAFT_PASS = 1e-3, 1.5e-4, 3e-4  # fake seconds
+
+
+def adaptive_p_value(kind: str, params: SamplingParams) -> tuple[float, list[int]]:
+    """Seeded trials through an adaptive decoder on a fake clock.
+
+    InMemoryEngine is not a TextModel, so the decoder would find no cost profile for it and,
+    assuming linear costs, never draft; the schedule gets the fake costs' profile instead.
+    """
+    clock = FakeClock()
+    target = CostedEngine(make_target(), clock, per_pass=TARGET_PASS, per_token=TARGET_PER_TOKEN)
+    profile = CostProfile({n: TARGET_PASS + TARGET_PER_TOKEN * n for n in range(1, K + 2)})
+    if kind == "draft-model":
+        drafter = AutoregressiveDrafter(CostedEngine(make_draft(make_target()), clock, per_pass=DRAFT_PASS,
+                                                     per_token=0.0))
+        draft_costs = CostProfile({1: DRAFT_PASS})
+    else:
+        drafter, draft_costs = PromptLookupDrafter(3, 1), None
+    schedule = AdaptiveSchedule(K, target_costs=profile, draft_costs=draft_costs, free_drafter=draft_costs is None,
+                                priors={greedy: drafter.acceptance_priors(greedy) for greedy in (True, False)})
+    decoder = SpeculativeDecoder(target, drafter, num_draft_tokens=K, schedule=schedule, clock=clock)
+    counts, drafted = sample_counts(decoder, params)
     return chi_square_p_value(counts, reference(params)), drafted
 
 
@@ -280,9 +293,8 @@ def test_negative_control(monkeypatch, bug, kind, filter_name):
 @pytest.mark.parametrize("kind", ["draft-model", "prompt-lookup"])
 def test_adaptive_negative_control(monkeypatch, kind):
     """The adaptive test can fail too: the residual replaced by p."""
-    clock = install_fake_clock(monkeypatch, FakeClock())
     break_rule(monkeypatch, "residual is p", SamplingParams(temperature=1.0))
-    p, _ = adaptive_p_value(kind, SamplingParams(temperature=1.0, top_p=0.9), clock)
+    p, _ = adaptive_p_value(kind, SamplingParams(temperature=1.0, top_p=0.9))
     assert p < FAIL_P
 
 
