@@ -110,8 +110,8 @@ def ipc(quick: bool) -> list[Check]:
 
 def bench(label: str, model: str, draft: str | None, ks: str, adaptive_k: str, repeats: str, n: str,
           only: str | None, peer: bool, real_model: bool) -> list[Check]:
-    """docs/performance.md: adaptive >= 0.97x plain on every prompt; >= 90% of the cost model's
-    optimum where speculation pays; on a real model a Python share <= 5% and >= 1.3x
+    """docs/performance.md: adaptive >= 0.97x plain on every prompt; >= 90% of what the best
+    fixed k reaches (the docs' "optimum"); on a real model a Python share <= 5% and >= 1.3x
     llama-cpp-python's prompt lookup (geometric mean)."""
     cmd = [sys.executable, "-m", "specdec_cli.app", "bench", "-m", model, "--k", ks, "--adaptive-k", adaptive_k,
            "--repeats", repeats, "-n", n, "--json"]
@@ -130,9 +130,9 @@ def bench(label: str, model: str, draft: str | None, ks: str, adaptive_k: str, r
         if name.endswith("adaptive") and not name.startswith("llama-cpp-python"):
             checks.append(at_least(f"{label}: {name}, lowest prompt vs plain",
                                    min(r["per_prompt_speedup"].values()), 0.97, "x", timing=True))
-            if r.get("predicted_optimum") and r["predicted_optimum"] > 1.0:  # speculation pays here
-                checks.append(at_least(f"{label}: {name}, share of the cost model's optimum",
-                                       r["share_of_optimum"], 0.90, "%", timing=True, scale=100))
+            if r.get("vs_best_fixed_geomean"):  # the best fixed k of each prompt, known only afterwards
+                checks.append(at_least(f"{label}: {name}, vs the best fixed k (geomean)",
+                                       r["vs_best_fixed_geomean"], 0.90, "%", timing=True, scale=100))
         if real_model and r.get("python_share") is not None:
             checks.append(at_most(f"{label}: {name}, Python share", r["python_share"], 0.05, "%", timing=True,
                                   scale=100))
