@@ -225,6 +225,21 @@ def token_array(tokens: Sequence[int], n_vocab: int, what: str = "token") -> np.
     return ids.astype(np.int32, copy=False)
 
 
+def argmax_ids(logits: np.ndarray, what: str, first_position: int = 0) -> np.ndarray:
+    """Row-wise argmax of logits ``[n, V]`` (int32 ``[n]``); EngineError where a row is not finite.
+
+    NaN and +inf win numpy's argmax (and an all -inf row picks a -inf), so checking the n picked
+    values finds a broken row without another pass over the vocabulary.
+    """
+    ids = np.argmax(logits, axis=-1)
+    picked = logits[np.arange(len(ids)), ids] if logits.ndim == 2 else logits[ids]
+    if not np.isfinite(picked).all():
+        row = int(np.flatnonzero(~np.isfinite(np.atleast_1d(picked)))[0])
+        raise EngineError(f"{what}: the model produced non-finite logits (NaN or infinity) at position "
+                          f"{first_position + row}; its weights or the backend are broken")
+    return ids.astype(np.int32, copy=False)
+
+
 def check_tokens(tokens: Sequence[int], n_vocab: int, what: str = "token") -> None:
     """Raise ConfigError if any token id lies outside ``[0, n_vocab)``."""
     for t in tokens:

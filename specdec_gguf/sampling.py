@@ -13,12 +13,17 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import ConfigError, SpecDecError
+from .errors import ConfigError, EngineError, SpecDecError
+
+# Temperatures below this sample as greedy. The sampler scales logits by 1/T in float32; below about
+# 3e-39 that factor overflows to inf (and logits * inf to NaN). Between exactly tied logits sampling
+# would pick either; everywhere else a temperature this small already gives the argmax probability 1.
+GREEDY_BELOW = 1e-30
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How the next token is chosen; ``temperature == 0`` is greedy.
+    """How the next token is chosen; ``temperature == 0`` is greedy (so is any T below ``GREEDY_BELOW``, 1e-30).
 
     Filters apply in this order to the temperature-scaled logits: top-k, top-p, min-p.
     0 disables top-k, 1.0 disables top-p, 0.0 disables min-p.
@@ -45,7 +50,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW
 
     def rng(self) -> np.random.Generator:
         """A generator seeded from ``seed`` (fresh entropy when seed is None)."""
@@ -53,11 +58,21 @@ class SamplingParams:
 
 
 def _softmax(values: np.ndarray) -> np.ndarray:
-    """Softmax in place over a float32 vector (the caller owns ``values``)."""
-    values -= values.max()
+    """Softmax in place over a float32 vector whose maximum is 0 (the caller owns ``values``)."""
     np.exp(values, out=values)
     values /= values.sum()
     return values
+
+
+def _finite_max(logits: np.ndarray) -> float:
+    """The largest logit; EngineError if the row holds NaN or +inf, or nothing but -inf.
+
+    NaN propagates through ``max``, so this costs no pass beyond the one the softmax needs.
+    """
+    top = float(logits.max())
+    if not math.isfinite(top):
+        raise EngineError(f"the model produced non-finite logits (max {top}); its weights or the backend are broken")
+    return top
 
 
 def _top_indices(values: np.ndarray, k: int) -> np.ndarray:
@@ -87,7 +102,8 @@ def _top_p_cut(probs: np.ndarray, top_p: float) -> np.ndarray:
     threshold = float(probs.max()) * 1e-3
     while True:
         candidates = np.flatnonzero(probs >= threshold)
-        if probs[candidates].sum(dtype=np.float64) >= top_p or threshold < 1e-30 \
+        # `not threshold >= 1e-30` also ends the loop when NaN probabilities made the threshold NaN.
+        if probs[candidates].sum(dtype=np.float64) >= top_p or not threshold >= 1e-30 \
                 or len(candidates) == len(probs):
             order = candidates[np.argsort(-probs[candidates], kind="stable")]
             cum = np.cumsum(probs[order], dtype=np.float64)
@@ -103,10 +119,15 @@ def probs_from_logits(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     """
     n_vocab = logits.shape[-1]
     if params.greedy:
+        best = int(np.argmax(logits))
+        _finite_max(logits[best:best + 1])  # NaN and +inf win argmax, so the pick shows them
         out = np.zeros(n_vocab, dtype=np.float32)
-        out[int(np.argmax(logits))] = 1.0
+        out[best] = 1.0
         return out
-    scaled = np.multiply(logits, np.float32(1.0 / params.temperature), dtype=np.float32)  # [V], a copy
+    top = _finite_max(logits)
+    # Shift before scaling: (logits - max) / T lies in [-inf, 0], so no temperature overflows it.
+    scaled = np.subtract(logits, np.float32(top), dtype=np.float32)  # [V], a copy
+    scaled *= np.float32(1.0 / params.temperature)
     ids: np.ndarray | None = None  # candidate token ids; None = the whole vocabulary
     if 0 < params.top_k < n_vocab:
         ids = _top_indices(scaled, params.top_k)  # [top_k]

@@ -11,7 +11,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..engine import EngineBase, token_array
+from ..engine import EngineBase, argmax_ids, token_array
 from ..errors import EngineError
 
 
@@ -120,7 +120,8 @@ class InMemoryEngine(EngineBase):
         return out
 
     def forward_argmax(self, tokens: Sequence[int]) -> np.ndarray:
-        return np.argmax(self.forward_logits(tokens), axis=1).astype(np.int32)
+        start = len(self._tokens)
+        return argmax_ids(self.forward_logits(tokens), "in-memory engine", start)
 
     def logits_for(self, context: Sequence[int]) -> np.ndarray:
         """Next-token logits after ``context`` without touching the cache ``[V]``."""

@@ -17,7 +17,7 @@ from typing import Sequence
 import llama_cpp as lc
 import numpy as np
 
-from ...engine import EngineBase, token_array
+from ...engine import EngineBase, argmax_ids, token_array
 from ...errors import EngineError, RollbackUnsupportedError
 from ...modelfile import RECURRENT_ARCHES, validate_gguf
 from ...settings import EngineSettings
@@ -209,7 +209,8 @@ class LlamaCppEngine(EngineBase):
         return self._decode(tokens, first_logit=0)  # [n, V] view
 
     def forward_argmax(self, tokens: Sequence[int]) -> np.ndarray:
-        return np.argmax(self.forward_logits(tokens), axis=1).astype(np.int32)
+        start = self._n_past
+        return argmax_ids(self.forward_logits(tokens), str(self.model_path), start)
 
     def forward_last_logits(self, tokens: Sequence[int]) -> np.ndarray:
         if len(tokens) == 0:
@@ -219,7 +220,8 @@ class LlamaCppEngine(EngineBase):
         return self._decode(tokens, first_logit=len(tokens) - 1)[0]  # [V] view, one pass
 
     def forward_last_argmax(self, tokens: Sequence[int]) -> int:
-        return int(np.argmax(self.forward_last_logits(tokens)))
+        logits = self.forward_last_logits(tokens)
+        return int(argmax_ids(logits, str(self.model_path), self._n_past - 1))
 
     def is_eog(self, token: int) -> bool:
         self._check_open()
