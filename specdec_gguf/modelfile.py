@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import EngineError
+from .hparams import check_hparams
 
 GGUF_MAGIC = b"GGUF"
 # Architectures whose memory cannot be cut partially (recurrent or hybrid state).
@@ -177,23 +179,35 @@ def validate_gguf(path: str | os.PathLike[str]) -> GGUFHeader:
     unreadable, not GGUF, truncated, corrupted header).
     """
     p = Path(path)
-    if not p.exists():
-        raise _fail(p, "no such file")
-    if p.is_dir():
+    try:
+        mode = p.stat().st_mode  # before any open(): opening a FIFO would block until a writer comes
+    except FileNotFoundError:
+        raise _fail(p, "no such file") from None
+    except OSError as err:
+        raise _fail(p, f"cannot be read ({err.strerror or err})") from None
+    if stat.S_ISDIR(mode):
         raise _fail(p, "is a directory, not a GGUF file")
+    if not stat.S_ISREG(mode):
+        kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+                else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file")
+        raise _fail(p, f"is {kind}, not a regular GGUF file (models are memory-mapped, so they must be files)")
     try:
         with open(p, "rb") as f:
             head = f.read(8)
     except OSError as err:
         raise _fail(p, f"cannot be read ({err.strerror or err})") from None
-    if len(head) < 8 or head[:4] != GGUF_MAGIC:
+    if head[:4] != GGUF_MAGIC:
         raise _fail(p, f"not a GGUF file (magic {head[:4]!r}, expected {GGUF_MAGIC!r})")
+    if len(head) < 8:
+        raise _fail(p, f"truncated: {len(head)} bytes, but a GGUF header needs at least 24")
     version = int.from_bytes(head[4:8], "little")
     if version not in (2, 3):
         raise _fail(p, f"unsupported GGUF version {version} (supported: 2, 3)")
     header = read_header(p)
-    if not isinstance(header.fields.get("general.architecture"), str):
+    arch = header.fields.get("general.architecture")
+    if not isinstance(arch, str):
         raise _fail(p, "missing the 'general.architecture' key")
+    check_hparams(p, header.fields, recurrent=arch in RECURRENT_ARCHES)
     return header
 
 

@@ -254,17 +254,23 @@ class LlamaCppEngine(EngineBase):
             self._b_logits[:rows_from] = 0
             self._b_logits[rows_from:m] = 1
             self._batch.n_tokens = m
-            t0 = time.perf_counter()
-            with self.log.active():
-                rc = lc.llama_decode(self._ctx, self._batch)
-            self.decode_seconds += time.perf_counter() - t0
-            if rc != 0:
-                # On failure llama.cpp may keep processed ubatches: cut back to what we know.
-                lc.llama_memory_seq_rm(self._mem, 0, self._n_past, -1)
-                raise EngineError(f"{self.model_path}: llama_decode returned {rc} at n_past={self._n_past} "
-                                  f"({self.log.reason()})")
-            self._history[self._n_past:self._n_past + m] = toks[start:start + m]
-            self._n_past += m
+            committed = self._n_past
+            try:
+                t0 = time.perf_counter()
+                with self.log.active():
+                    rc = lc.llama_decode(self._ctx, self._batch)
+                self.decode_seconds += time.perf_counter() - t0
+                if rc != 0:
+                    raise EngineError(f"{self.model_path}: llama_decode returned {rc} at n_past={self._n_past} "
+                                      f"({self.log.reason()})")
+                self._history[self._n_past:self._n_past + m] = toks[start:start + m]
+                self._n_past += m
+            except BaseException:
+                # A failed pass may keep processed ubatches, and a Ctrl-C can land after llama.cpp wrote
+                # this chunk but before our record of it: cut the memory back to the record.
+                if self._n_past == committed:
+                    lc.llama_memory_seq_rm(self._mem, 0, committed, -1)
+                raise
             rows = m - rows_from
             if rows > 0:
                 view = self._logits_view()[:rows]  # [rows, V]

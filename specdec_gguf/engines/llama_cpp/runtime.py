@@ -31,19 +31,34 @@ class LogCapture:
 
     @contextmanager
     def active(self) -> Iterator[LogCapture]:
-        """Route llama.cpp's log lines from this thread to this capture for the duration."""
+        """Route llama.cpp's log lines from this thread to this capture for the duration.
+
+        Lines from earlier calls are dropped first, so :meth:`reason` speaks of this call. A Ctrl-C
+        that arrived inside a log callback (where it cannot propagate) is raised on the way out.
+        """
         previous = getattr(_local, "capture", None)
         _local.capture = self
+        self.lines.clear()
         try:
             yield self
         finally:
             _local.capture = previous
+        if self.interrupted:
+            self.interrupted = False
+            raise KeyboardInterrupt
 
     def reason(self) -> str:
-        """llama.cpp's own reason for a failure: the last line that says error/failed, else the last line."""
+        """llama.cpp's own reason for a failure: its first line that says "error" (e.g. "error loading
+        model: ..."), else its first that says "failed", else its last line.
+
+        The first, because llama.cpp logs the cause and then each caller's "failed to ..." on the way out.
+        """
         lines = [ln.strip() for ln in self.lines if ln.strip()]
-        errors = [ln for ln in lines if "error" in ln.lower() or "failed" in ln.lower()]
-        return (errors or lines or ["no message from llama.cpp"])[-1]
+        for word in ("error", "failed"):
+            found = [ln for ln in lines if word in ln.lower()]
+            if found:
+                return found[0]
+        return (lines or ["no message from llama.cpp"])[-1]
 
 
 @lc.llama_log_callback

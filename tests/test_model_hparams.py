@@ -1,0 +1,95 @@
+"""Well-formed GGUF headers with absurd hyperparameters, odd file kinds, llama.cpp's own reasons (issue 14)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import gguf
+import pytest
+
+from gguf_edit import DROP, rewrite
+from specdec_gguf import EngineError
+from specdec_gguf.engines import LlamaCppEngine
+from specdec_gguf.modelfile import summarize
+
+F32, U32, STR = gguf.GGUFValueType.FLOAT32, gguf.GGUFValueType.UINT32, gguf.GGUFValueType.STRING
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"llama.block_count": 0}, r"llama.block_count = 0 must be an integer \[1, 512\]"),
+    ({"llama.block_count": 513}, r"llama.block_count = 513 must be an integer \[1, 512\]"),
+    ({"llama.attention.layer_norm_rms_epsilon": float("nan")}, "layer_norm_rms_epsilon = nan must be a finite number"),
+    ({"llama.attention.layer_norm_rms_epsilon": -0.5}, r"layer_norm_rms_epsilon = -0.5 must be >= 0"),
+    ({"llama.rope.freq_base": 0.0}, r"rope.freq_base = 0.0 must be > 0"),
+    ({"llama.attention.head_count": 0}, "attention.head_count = 0 must be an integer >= 1"),
+    ({"llama.attention.head_count": 3, "llama.attention.head_count_kv": 3},
+     "head_count = 3 must divide embedding_length = 64"),
+    ({"llama.attention.head_count_kv": 0}, "head_count_kv = 0 must be >= 1 and divide"),
+    ({"llama.context_length": 0}, "context_length = 0 must be an integer >= 1"),
+    ({"llama.embedding_length": DROP}, "the required key 'llama.embedding_length' is missing"),
+    ({"llama.expert_count": 4, "llama.expert_used_count": 0}, r"expert_used_count = 0 must be an integer \[1, 4\]"),
+    ({"llama.expert_used_count": 2}, "without experts"),
+    ({"llama.expert_count": 2000, "llama.expert_used_count": 2}, r"expert_count = 2000 must be an integer \[0, 1024\]"),
+    ({"llama.expert_count": 8, "llama.expert_used_count": 2, "llama.expert_group_count": 3,
+      "llama.expert_group_used_count": 1}, "expert_group_count = 3 must divide expert_count = 8"),
+])
+def test_absurd_hyperparameters_are_refused_before_llama_cpp(tiny_family, tmp_path, changes, message):
+    """Each of these aborted the interpreter inside llama.cpp (GGML_ASSERT) or gave NaN logits; now they
+    are refused by specdec_gguf/hparams.py with the key, the value and the allowed range, for run and inspect."""
+    types = {k: F32 if isinstance(v, float) else U32 for k, v in changes.items() if v is not DROP}
+    path = rewrite(tiny_family.draft, tmp_path / "absurd.gguf", changes, types)
+    with pytest.raises(EngineError, match=f"absurd.gguf: invalid hyperparameter: .*{message}"):
+        LlamaCppEngine(path, n_ctx=64)
+    with pytest.raises(EngineError, match=message):
+        summarize(path)
+
+
+def test_llama_cpps_own_reason_is_named(tiny_family, tmp_path):
+    """When llama.cpp refuses a file our checks pass, the error quotes llama.cpp's reason line, not its last
+    line. Fails with the old LogCapture.reason, which said only "llama_model_load_from_file_impl: failed to
+    load model"."""
+    path = rewrite(tiny_family.draft, tmp_path / "rope.gguf", {"llama.rope.dimension_count": 3})
+    with pytest.raises(EngineError, match=r"could not load the model \(llama_model_load: error loading model: "
+                                          r".*invalid n_rot: 3"):
+        LlamaCppEngine(path, n_ctx=64)
+    path = rewrite(tiny_family.draft, tmp_path / "shape.gguf", {}, tensor_shapes={"token_embd.weight": (733, 64)})
+    with pytest.raises(EngineError, match=r"error loading model: .*token_embd.weight' has wrong shape"):
+        LlamaCppEngine(path, n_ctx=64)
+
+
+def test_four_byte_gguf_file_is_called_truncated(tmp_path):
+    """Fails on the old message "not a GGUF file (magic b'GGUF', expected b'GGUF')"."""
+    path = tmp_path / "four.gguf"
+    path.write_bytes(b"GGUF")
+    with pytest.raises(EngineError, match=r"four.gguf: truncated: 4 bytes, but a GGUF header needs at least 24"):
+        LlamaCppEngine(path)
+
+
+def _special_files(tmp_path):
+    fifo = tmp_path / "model.fifo"
+    os.mkfifo(fifo)
+    sock_path = tmp_path / "model.sock"
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(sock_path))
+    return {"fifo": (fifo, "a FIFO (named pipe)"), "char device": ("/dev/zero", "a character device"),
+            "socket": (sock_path, "a socket")}, sock
+
+
+@pytest.mark.parametrize("kind", ["fifo", "char device", "socket"])
+def test_non_regular_model_paths_are_refused_without_blocking(tmp_path, kind):
+    """Fails by blocking (killed after 60 s) when a FIFO is opened before it is checked: run and inspect
+    both waited for a writer forever. /dev/zero was read as 'not a GGUF file'; now all say what they are."""
+    files, sock = _special_files(tmp_path)
+    path, what = files[kind]
+    try:
+        for args in (["inspect", str(path)], ["run", "-m", str(path), "-p", "x", "--no-live"]):
+            done = subprocess.run([sys.executable, "-m", "specdec_cli.app", *args], capture_output=True, text=True,
+                                  timeout=60)
+            assert done.returncode == 1
+            assert f"is {what}, not a regular GGUF file" in done.stderr
+            assert "Traceback" not in done.stderr
+    finally:
+        sock.close()
