@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specdec_gguf import EngineError
+from specdec_gguf.settings import interpreter_path
 
 from .common import handle_errors
 
@@ -45,12 +46,12 @@ def report_for(python: str | None) -> dict:
 
 @handle_errors
 def backends(
-    python: Annotated[Optional[list[Path]], typer.Option("--python", help="Also report this interpreter (repeatable).")] = None,
+    python: Annotated[Optional[list[str]], typer.Option("--python", help="Also report this interpreter (repeatable).")] = None,
     json_out: Annotated[bool, typer.Option("--json")] = False,
     verbose: Annotated[bool, typer.Option("--verbose")] = False,
 ) -> None:
     """Versions, CPU features, GPU/RPC support and devices of this and other interpreters' builds."""
-    reports = [report_for(None)] + [report_for(str(p)) for p in python or []]
+    reports = [report_for(None)] + [report_for(str(interpreter_path(p))) for p in python or []]
     if json_out:
         print(json.dumps(reports))
         return

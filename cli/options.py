@@ -48,8 +48,9 @@ NGpuLayersOpt = Annotated[Optional[int], typer.Option("-ngl", "--n-gpu-layers", 
 DraftNGpuLayersOpt = Annotated[Optional[int], typer.Option("-ngld", "--n-gpu-layers-draft", "--draft-n-gpu-layers", help="Draft layers on the GPU.", rich_help_panel=PLACEMENT)]
 DeviceOpt = Annotated[Optional[str], typer.Option("-dev", "--device", help="ggml devices for the target, comma-separated (see `specdec backends`).", rich_help_panel=PLACEMENT)]
 DeviceDraftOpt = Annotated[Optional[str], typer.Option("-devd", "--device-draft", help="ggml devices for the draft model.", rich_help_panel=PLACEMENT)]
-TargetPythonOpt = Annotated[Optional[Path], typer.Option("--target-python", help="Run the target in this interpreter (another llama.cpp build).", rich_help_panel=PLACEMENT)]
-DraftPythonOpt = Annotated[Optional[Path], typer.Option("--draft-python", help="Run the draft in this interpreter.", rich_help_panel=PLACEMENT)]
+# Interpreters are strings, not Paths: Path("./py") prints as "py", which would be looked up on PATH.
+TargetPythonOpt = Annotated[Optional[str], typer.Option("--target-python", help="Run the target in this interpreter (another llama.cpp build); a path, or a name looked up on PATH.", rich_help_panel=PLACEMENT)]
+DraftPythonOpt = Annotated[Optional[str], typer.Option("--draft-python", help="Run the draft in this interpreter.", rich_help_panel=PLACEMENT)]
 RpcOpt = Annotated[Optional[str], typer.Option("--rpc", help="llama.cpp RPC servers for the target, comma-separated host:port (GGML_RPC builds).", rich_help_panel=PLACEMENT)]
 ChatTemplateOpt = Annotated[Optional[str], typer.Option("--chat-template", help="Chat template: a llama.cpp built-in name (chatml, llama3, gemma, ...) or a Jinja file; default: the model file's own.", rich_help_panel=CHAT)]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", help="llama.cpp logs and full tracebacks.", rich_help_panel=OUTPUT)]
@@ -90,8 +91,8 @@ def resolve_settings(*, config: Path | None = None, model: Path | None = None, d
                      top_k: int | None = None, top_p: float | None = None, min_p: float | None = None,
                      seed: int | None = None, threads: int | None = None, threads_draft: int | None = None,
                      n_gpu_layers: int | None = None, draft_n_gpu_layers: int | None = None,
-                     device: str | None = None, device_draft: str | None = None, target_python: Path | None = None,
-                     draft_python: Path | None = None, rpc: str | None = None) -> ModelSettings:
+                     device: str | None = None, device_draft: str | None = None, target_python: str | None = None,
+                     draft_python: str | None = None, rpc: str | None = None) -> ModelSettings:
     """The shared flags (and ``--config``) as validated settings."""
     cfg = load_batch_config(config, require_prompts=False) if config else None
     cfg_target = cfg.target if cfg else None

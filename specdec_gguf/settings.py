@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,16 @@ def default_num_draft_tokens(kind: DrafterKind, adaptive: bool) -> int:
     if not adaptive:
         return 4
     return 16 if kind == "prompt-lookup" else 8
+
+
+def interpreter_path(value: str | os.PathLike[str]) -> Path:
+    """An interpreter as given: a bare name (``python3.12``) is looked up on PATH when it is started;
+    anything with a slash is a path, made absolute here (``Path("./py")`` would print as ``py`` and be
+    looked up on PATH). Symlinks are kept: a venv's ``bin/python`` is one, and its location matters."""
+    text = os.fspath(value)
+    if os.sep in text or (os.altsep and os.altsep in text) or text.startswith("~"):
+        return Path(os.path.abspath(os.path.expanduser(text)))
+    return Path(text)
 
 
 def _check_literal(cls: type, name: str, value: Any) -> None:
@@ -99,7 +110,7 @@ class EngineSettings:
             if value is not None and not all(isinstance(v, str) and v for v in value):
                 raise ConfigError(f"{name}={value!r} must be a list of non-empty strings")
         if self.python is not None:
-            object.__setattr__(self, "python", Path(self.python))
+            object.__setattr__(self, "python", interpreter_path(self.python))
 
     def engine_kwargs(self) -> dict[str, Any]:
         """The keyword arguments ``LlamaCppEngine`` takes (everything but ``model`` and ``python``)."""

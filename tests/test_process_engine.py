@@ -122,7 +122,7 @@ def test_interpreter_without_llama_cpp_python(tiny_family, tmp_path):
     fake = tmp_path / "python-without-llama"
     fake.write_text(f"""#!/bin/sh
 exec {sys.executable} -c "import sys, runpy; sys.modules['llama_cpp'] = None; \\
-runpy.run_module('specdec_gguf.engines.process_child', run_name='__main__')"
+runpy.run_module('specdec_gguf.engines.process_child', run_name='__main__')" "$@"
 """)
     fake.chmod(0o755)
     with pytest.raises(EngineError, match=f"cannot import llama-cpp-python in {sys.executable}"):

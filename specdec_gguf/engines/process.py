@@ -4,7 +4,10 @@ One process can load only one llama-cpp-python build, so a CPU draft beside a CU
 Metal target in another build runs that engine in a child process. Greedy passes move
 only token ids over the pipe; logits rows arrive in a file-backed shared mapping.
 Every call has a deadline: a child that dies or hangs becomes an EngineError, and the
-child is killed, never left behind.
+child is killed, never left behind. The protocol runs on pipes of its own (passed to the
+child as extra file descriptors), so an interpreter that prints at start-up cannot
+corrupt it; the shared logits file is unlinked as soon as it is created, so no signal,
+however abrupt, leaves it in /dev/shm.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import numpy as np
 from ..engine import EngineBase, token_array
 from ..errors import EngineError
 from ..modelfile import validate_gguf
-from ..settings import EngineSettings
+from ..settings import EngineSettings, interpreter_path
 from . import wire
 
 _LIVE: weakref.WeakSet[ProcessEngine] = weakref.WeakSet()
@@ -61,12 +64,11 @@ class ProcessEngine(EngineBase):
                  **settings: Any) -> None:
         self.settings = EngineSettings(model=Path(model_path), **settings)  # validated here, once
         self.model_path = self.settings.model
-        self.python = str(python or sys.executable)
+        self.python = str(interpreter_path(python) if python else sys.executable)
         self.call_timeout = call_timeout
         self._proc: subprocess.Popen | None = None
         self._shm: mmap.mmap | None = None
-        self._shm_fd = -1
-        self._shm_path = ""
+        self._shm_fd = self._rfd = self._wfd = -1
         self._pieces: dict[int, bytes] = {}
         self._info: dict[str, Any] | None = None
         self._shm_rows = 0
@@ -76,23 +78,11 @@ class ProcessEngine(EngineBase):
 
     # -- child lifecycle ------------------------------------------------------------------
     def _start(self, engine_kwargs: dict[str, Any], load_timeout: float) -> None:
-        self._shm_fd, self._shm_path = tempfile.mkstemp(prefix="specdec-logits-", dir=_SHM_DIR)
-        os.ftruncate(self._shm_fd, mmap.PAGESIZE)  # grown once the vocabulary size is known
-        self._stderr = tempfile.TemporaryFile()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_package_root(), env.get("PYTHONPATH")]))
         try:
-            self._proc = subprocess.Popen(
-                [self.python, "-m", "specdec_gguf.engines.process_child"], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=self._stderr, env=env, bufsize=0, start_new_session=True)
-        except OSError as err:
-            self.close()
-            raise EngineError(f"cannot start interpreter {self.python!r}: {err.strerror or err}") from None
-        setup = {"model_path": str(self.model_path.resolve()), "kwargs": engine_kwargs,
-                 "shm_path": self._shm_path}
-        try:
+            self._spawn()
+            setup = {"model_path": str(self.model_path.resolve()), "kwargs": engine_kwargs}
             info = wire.json_from(self._request(wire.OP_CALL, wire.json_payload(setup), timeout=load_timeout))
-        except EngineError:
+        except BaseException:  # an error, or Ctrl-C during a long load: no child, no file left behind
             self.close()
             raise
         self._info = info
@@ -104,6 +94,29 @@ class ProcessEngine(EngineBase):
         self.architecture: str = info["architecture"]
         self.pid: int = info["pid"]
         self._ensure_rows(min(64, info["n_ctx"]))
+
+    def _spawn(self) -> None:
+        """Start the child with three descriptors of its own: requests in, replies out, the logits file."""
+        shm_fd, shm_path = tempfile.mkstemp(prefix="specdec-logits-", dir=_SHM_DIR)
+        os.unlink(shm_path)  # both sides use the descriptor; the memory goes when the last one closes
+        self._shm_fd = shm_fd
+        os.ftruncate(shm_fd, mmap.PAGESIZE)  # grown once the vocabulary size is known
+        self._stderr = tempfile.TemporaryFile()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_package_root(), env.get("PYTHONPATH")]))
+        child_r, self._wfd = os.pipe()
+        self._rfd, child_w = os.pipe()
+        try:
+            # stdout goes to the stderr capture: whatever the interpreter prints there is harmless.
+            self._proc = subprocess.Popen(
+                [self.python, "-m", "specdec_gguf.engines.process_child", str(child_r), str(child_w), str(shm_fd)],
+                stdin=subprocess.DEVNULL, stdout=self._stderr, stderr=self._stderr, env=env,
+                pass_fds=(child_r, child_w, shm_fd), start_new_session=True)
+        except OSError as err:
+            raise EngineError(f"cannot start interpreter {self.python!r}: {err.strerror or err}") from None
+        finally:
+            os.close(child_r)  # the child's ends: with them closed here, EOF means the other side is gone
+            os.close(child_w)
 
     def _ensure_rows(self, rows: int) -> None:
         """Grow the shared logits mapping to hold ``rows`` rows of the vocabulary (both sides remap)."""
@@ -133,8 +146,8 @@ class ProcessEngine(EngineBase):
         if proc is None:
             raise EngineError(f"{self.model_path}: the engine process is closed")
         try:
-            wire.write_frame(proc.stdin.fileno(), op, payload)
-            status, body = self._read_frame(proc.stdout.fileno(), timeout or self.call_timeout)
+            wire.write_frame(self._wfd, op, payload)
+            status, body = self._read_frame(self._rfd, timeout or self.call_timeout)
         except (BrokenPipeError, wire.PipeClosed):
             code = proc.poll()
             raise self._fail(f"the engine process exited (code {code})") from None
@@ -171,23 +184,20 @@ class ProcessEngine(EngineBase):
         proc = self._proc
         if proc is not None and proc.poll() is None:
             try:
-                wire.write_frame(proc.stdin.fileno(), wire.OP_CLOSE)
-                proc.stdin.close()
+                wire.write_frame(self._wfd, wire.OP_CLOSE)
+                os.close(self._wfd)
+                self._wfd = -1
                 proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self._kill()
         _release(self._shm)
         self._shm = None
-        if self._shm_fd >= 0:
-            os.close(self._shm_fd)
-            self._shm_fd = -1
-        if self._shm_path:
-            try:
-                os.unlink(self._shm_path)
-            except FileNotFoundError:
-                pass
-            self._shm_path = ""
+        for name in ("_shm_fd", "_rfd", "_wfd"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
 
     def __enter__(self) -> ProcessEngine:
         return self

@@ -1,7 +1,9 @@
-"""The child side of ProcessEngine: serves one LlamaCppEngine over stdin/stdout.
+"""The child side of ProcessEngine: serves one LlamaCppEngine over two pipes of its own.
 
-Run as ``python -m specdec_gguf.engines.process_child``; the first frame describes the
-model to load. The child exits when its stdin closes (the parent ended or closed it).
+Run as ``python -m specdec_gguf.engines.process_child REQUEST_FD REPLY_FD LOGITS_FD`` (the
+parent passes those descriptors); the first frame describes the model to load. The child
+exits when the request pipe closes (the parent ended or closed it). stdin and stdout are
+not used, so whatever the interpreter or a library prints cannot corrupt the protocol.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 from . import wire
 
 
-def _serve(rfd: int, wfd: int) -> None:
+def _serve(rfd: int, wfd: int, shm_fd: int) -> None:
     code, payload = wire.read_frame(rfd)
     setup = wire.json_from(payload)
     try:
@@ -29,8 +31,7 @@ def _serve(rfd: int, wfd: int) -> None:
     except Exception as err:
         wire.write_frame(wfd, wire.ERROR, str(err).encode())
         return
-    shm_file = open(setup["shm_path"], "r+b")
-    shm = mmap.mmap(shm_file.fileno(), 0)
+    shm = mmap.mmap(shm_fd, 0)
     eog = [t for t in range(engine.n_vocab) if engine.is_eog(t)]
     info = {"n_ctx": engine.n_ctx, "n_vocab": engine.n_vocab, "rollback_mode": engine.rollback_mode,
             "architecture": engine.architecture, "bos_token": engine.bos_token, "eos_token": engine.eos_token,
@@ -61,7 +62,7 @@ def _serve(rfd: int, wfd: int) -> None:
                 wire.write_frame(wfd, wire.OK)
             elif code == wire.OP_REMAP:
                 shm.close()
-                shm = mmap.mmap(shm_file.fileno(), 0)
+                shm = mmap.mmap(shm_fd, 0)
                 wire.write_frame(wfd, wire.OK)
             elif code == wire.OP_CALL:
                 wire.write_frame(wfd, wire.OK, wire.json_payload(_call(engine, wire.json_from(payload))))
@@ -93,11 +94,10 @@ def _call(engine, request: dict):
 
 
 def main() -> None:
-    rfd, wfd = sys.stdin.fileno(), sys.stdout.fileno()
-    # Nothing else may write to the protocol pipe: send stray prints to stderr.
-    sys.stdout = sys.stderr
+    rfd, wfd, shm_fd = (int(arg) for arg in sys.argv[-3:])  # the parent puts them last
+    sys.stdout = sys.stderr  # stray prints go where the parent keeps the child's stderr
     try:
-        _serve(rfd, wfd)
+        _serve(rfd, wfd, shm_fd)
     except wire.PipeClosed:
         pass
     except Exception:
