@@ -11,13 +11,14 @@ from .calibrate import calibrate
 from .demo import demo
 from .inspect_cmd import inspect
 from .run import run
+from .serve import serve
 from .tiny_cmd import tiny
 
 app = typer.Typer(
     name="specdec", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
     help="Speculative decoding for GGUF models on llama.cpp: exact output, faster generation.",
 )
-for command in (run, batch, bench, calibrate, inspect, tiny, demo, backends):
+for command in (run, serve, batch, bench, calibrate, inspect, tiny, demo, backends):
     app.command()(command)
 
 
