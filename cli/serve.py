@@ -7,17 +7,19 @@ from typing import Annotated, Optional
 
 import typer
 
+from specdec_gguf import ConfigError
 from specdec_gguf.chat import load_chat_template
 from specdec_gguf.server import ModelService, run_server
 
 from .common import err_console, handle_errors
-from .options import (AdaptiveOpt, ChatTemplateOpt, ConfigOpt, CtxSizeDraftOpt, CtxSizeOpt, DeviceDraftOpt,
+from .options import (DRAFTER, AdaptiveOpt, ChatTemplateOpt, ConfigOpt, CtxSizeDraftOpt, CtxSizeOpt, DeviceDraftOpt,
                       DeviceOpt, DraftMinOpt, DraftModelOpt, DraftNGpuLayersOpt, DraftPMinOpt, DraftPythonOpt,
                       MaxTokensOpt, MinPOpt, ModelOpt, NgramMaxOpt, NgramMinOpt, NGpuLayersOpt, NumDraftOpt,
-                      PromptLookupOpt, RpcOpt, SeedOpt, TargetPythonOpt, TempOpt, ThreadsDraftOpt, ThreadsOpt,
+                      ProfileCacheOpt, PromptLookupOpt, RpcOpt, SeedOpt, TargetPythonOpt, TempOpt, ThreadsDraftOpt, ThreadsOpt,
                       TopKOpt, TopPOpt, VerboseOpt, loaded_models, resolve_settings)
 
 SERVER = "Server"
+DEFAULT_LOOKUP_MEMORY = 32768  # tokens: a few long conversations or agent loops
 
 
 @handle_errors
@@ -49,6 +51,8 @@ def serve(
     target_python: TargetPythonOpt = None,
     draft_python: DraftPythonOpt = None,
     rpc: RpcOpt = None,
+    lookup_memory: Annotated[Optional[int], typer.Option("--lookup-memory", help=f"Prompt lookup also drafts from the last N tokens of earlier requests (0: off; default {DEFAULT_LOOKUP_MEMORY} with --prompt-lookup).", rich_help_panel=DRAFTER)] = None,
+    profile_cache: ProfileCacheOpt = True,
     chat_template: ChatTemplateOpt = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.", rich_help_panel=SERVER)] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on.", rich_help_panel=SERVER)] = 8080,
@@ -70,14 +74,20 @@ def serve(
         n_gpu_layers=n_gpu_layers, draft_n_gpu_layers=draft_n_gpu_layers, device=device, device_draft=device_draft,
         target_python=target_python, draft_python=draft_python, rpc=rpc)
     if not 0 < port < 65536:
-        raise typer.BadParameter(f"--port {port} must lie in [1, 65535]")
+        raise ConfigError(f"--port {port} must lie in [1, 65535]")
+    if lookup_memory is not None and lookup_memory > 0 and settings.drafter.kind != "prompt-lookup":
+        raise ConfigError(f"--lookup-memory {lookup_memory} needs --prompt-lookup (it is prompt lookup's memory)")
+    if lookup_memory is None:
+        lookup_memory = DEFAULT_LOOKUP_MEMORY if settings.drafter.kind == "prompt-lookup" else 0
     with loaded_models(settings, verbose=verbose) as (target, draft):
         formatter = load_chat_template(target, chat_template)
         service = ModelService(target, settings.drafter, draft=draft, model_id=alias or settings.target.model.name,
                                chat_formatter=formatter, sampling=settings.sampling,
-                               max_tokens=settings.max_tokens, max_queue=max_queue)
+                               max_tokens=settings.max_tokens, max_queue=max_queue, lookup_memory=lookup_memory,
+                               profile_cache=profile_cache)
         template = formatter.name if formatter else "none (chat requests get a 400; use --chat-template)"
-        err_console.print(f"specdec serve: {service.model_id} · drafter {settings.drafter.kind} · "
+        memory = f" (memory {lookup_memory} tokens)" if lookup_memory else ""
+        err_console.print(f"specdec serve: {service.model_id} · drafter {settings.drafter.kind}{memory} · "
                           f"chat template {template} · http://{host}:{port}/v1", markup=False)
         received = run_server(service, host=host, port=port, api_key=api_key,
                               log_level="debug" if verbose else "info")

@@ -20,12 +20,17 @@ def open_engine(settings: EngineSettings, *, verbose: bool = False) -> TextModel
     return LlamaCppEngine.from_settings(settings, verbose=verbose)
 
 
-def make_drafter(settings: DrafterSettings, draft_engine: SpeculativeEngine | None) -> DrafterEngine | None:
-    """The drafter ``settings.kind`` names (None for plain decoding)."""
+def make_drafter(settings: DrafterSettings, draft_engine: SpeculativeEngine | None, *,
+                 memory_tokens: int = 0) -> DrafterEngine | None:
+    """The drafter ``settings.kind`` names (None for plain decoding).
+
+    ``memory_tokens`` > 0 gives prompt lookup a memory of earlier generations (the server's).
+    """
     if settings.kind == "none":
         return None
     if settings.kind == "prompt-lookup":
-        return PromptLookupDrafter(max_ngram=settings.ngram_max, min_ngram=settings.ngram_min)
+        return PromptLookupDrafter(max_ngram=settings.ngram_max, min_ngram=settings.ngram_min,
+                                   memory_tokens=memory_tokens)
     if draft_engine is None:
         raise ConfigError("drafter kind 'draft-model' needs a draft model (-md/--draft-model or [draft])")
     return AutoregressiveDrafter(draft_engine, p_min=settings.p_min)

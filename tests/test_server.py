@@ -165,6 +165,22 @@ def test_per_request_draft_settings(client):
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "speculative.n_max"
 
 
+def test_prompt_lookup_remembers_earlier_requests(client):
+    """Lookup memory is on by default in serve: asked the same thing twice, the second request drafts the
+    first one's answer from memory (its own prompt doesn't contain it) and nearly all of it is accepted.
+    Fails with --lookup-memory 0 or if each request got a fresh drafter: the second request would then
+    draft only from its prompt, like the first."""
+    prompt = "list data speed import class value print token draft"
+    fixed = {"speculative": {"n_max": 8, "adaptive": False}, "ignore_eos": True}
+    first = client.completions.create(model="tiny", prompt=prompt, max_tokens=32, temperature=0, extra_body=fixed)
+    again = client.completions.create(model="tiny", prompt=prompt, max_tokens=32, temperature=0, extra_body=fixed)
+    assert again.choices[0].text == first.choices[0].text
+    one, two = first.model_extra["speculative"], again.model_extra["speculative"]
+    assert two["lookup_memory_tokens"] > 0
+    assert two["accepted"] >= 28 and two["accepted"] > one["accepted"] + 10
+    assert two["target_passes"] <= 8
+
+
 @pytest.mark.parametrize("body, status, needle", [
     (b"{not json", 400, "not valid JSON"),
     (b"[1, 2]", 400, "JSON object"),

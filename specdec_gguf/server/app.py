@@ -163,7 +163,7 @@ async def _collect(job: Job, started: Started, req: GenerationRequest, service: 
     body = _envelope(req, service, _ident(req), int(time.time()), chunk=False)
     body["choices"] = [_choice(req, "".join(text), _finish_reason(last), chunk=False)]
     body["usage"] = _usage(started, n_tokens)
-    body["speculative"] = speculative_stats(last, req.drafter)
+    body["speculative"] = speculative_stats(last, req.drafter, service.lookup_memory)
     return body
 
 
@@ -189,7 +189,7 @@ async def _sse(job: Job, started: Started, req: GenerationRequest, service: Mode
                 continue
             usage = _usage(started, n_tokens)
             yield _data({**head, "choices": [_choice(req, event.text, _finish_reason(event), chunk=True, first=first)],
-                        "usage": usage, "speculative": speculative_stats(event, req.drafter)})
+                        "usage": usage, "speculative": speculative_stats(event, req.drafter, service.lookup_memory)})
             if req.include_usage:
                 yield _data({**head, "choices": [], "usage": usage})
             yield _data("[DONE]")

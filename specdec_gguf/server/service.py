@@ -69,7 +69,7 @@ class ModelService:
     def __init__(self, target: TextModel, drafter: DrafterSettings, *, draft: TextModel | None = None,
                  model_id: str, chat_formatter: ChatFormatter | None = None,
                  sampling: SamplingParams = SamplingParams(), max_tokens: int | None = None,
-                 max_queue: int = 16) -> None:
+                 max_queue: int = 16, lookup_memory: int = 0, profile_cache: bool = True) -> None:
         if not isinstance(max_queue, int) or max_queue < 0:
             raise ConfigError(f"max_queue={max_queue!r} must be an integer >= 0")
         self.target, self.draft, self.model_id = target, draft, model_id
@@ -77,7 +77,12 @@ class ModelService:
         self.max_queue = max_queue
         self.chat_formatter = chat_formatter
         self.end_of_turn = end_of_turn_tokens(chat_formatter, target) if chat_formatter else frozenset()
-        self.drafter = make_drafter(drafter, draft)  # one instance for every request
+        if lookup_memory and drafter.kind != "prompt-lookup":
+            raise ConfigError(f"lookup_memory={lookup_memory} needs the prompt-lookup drafter (--prompt-lookup)")
+        self.lookup_memory = lookup_memory
+        self.profile_cache = profile_cache
+        # One drafter for every request: prompt lookup's memory of earlier requests lives in it.
+        self.drafter = make_drafter(drafter, draft, memory_tokens=lookup_memory)
         self._decoders: OrderedDict[tuple, SpeculativeDecoder] = OrderedDict()
         self._decoder_for(drafter)  # checks the draft's vocabulary now, not on the first request
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specdec-generate")
@@ -208,7 +213,8 @@ class ModelService:
         decoder = self._decoders.get(key)
         if decoder is None:
             decoder = SpeculativeDecoder(self.target, self.drafter, num_draft_tokens=settings.max_draft_tokens,
-                                         adaptive=settings.adaptive, draft_min=settings.draft_min)
+                                         adaptive=settings.adaptive, draft_min=settings.draft_min,
+                                         profile_cache=self.profile_cache)
             self._decoders[key] = decoder
             while len(self._decoders) > _MAX_DECODERS:
                 self._decoders.popitem(last=False)
@@ -216,11 +222,12 @@ class ModelService:
         return decoder
 
 
-def speculative_stats(event: TextEvent, settings: DrafterSettings) -> dict[str, Any]:
+def speculative_stats(event: TextEvent, settings: DrafterSettings, lookup_memory: int = 0) -> dict[str, Any]:
     """The ``speculative`` object every response carries."""
     stats = event.stats
     return {
         "drafter": settings.kind,
+        "lookup_memory_tokens": lookup_memory,
         "n_max": settings.max_draft_tokens if settings.kind != "none" else 0,
         "adaptive": settings.adaptive,
         "drafted": stats.drafted,
