@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,7 +16,7 @@ from rich.table import Table
 from specdec_gguf.batch import BatchItem, BatchRunner, RunSummary, StopFlag, read_results, summarize_results
 from specdec_gguf.config import load_batch_config
 
-from .common import handle_errors, stdout_is_tty
+from .common import exact_flag, handle_errors, report_exactness, stdout_is_tty
 
 
 def summary_table(summaries: list[RunSummary]) -> Table:
@@ -37,14 +38,17 @@ def batch(
     config: Annotated[Path, typer.Argument(help="Batch config (TOML).")],
     resume: Annotated[bool, typer.Option("--resume", help="Skip (run, prompt) pairs already in the results file.")] = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Results JSONL (overrides the config's output).")] = None,
+    exact: Annotated[bool, typer.Option("--exact", help="Target in exact mode (overrides the config's [target] exact): fail unless bit-invariant.")] = False,
+    exact_warn: Annotated[bool, typer.Option("--exact-warn", help="Target in exact mode, only warn when it is not bit-invariant.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose")] = False,
 ) -> None:
     """Run every configured run over every prompt; append one JSONL line per result as it finishes."""
     cfg = load_batch_config(config)
     if output is not None:
-        from dataclasses import replace
-
         cfg = replace(cfg, output=output)
+    exact_mode = exact_flag(exact, exact_warn)
+    if exact_mode is not None:
+        cfg = replace(cfg, target=replace(cfg.target, exact=exact_mode))
     console = Console(stderr=True)
     if not resume and cfg.output.is_file() and cfg.output.stat().st_size > 0:
         from specdec_gguf import ConfigError
@@ -52,6 +56,7 @@ def batch(
         raise ConfigError(f"{cfg.output}: results file exists; pass --resume to continue it, "
                           "or remove it / choose -o to start over")
     runner = BatchRunner(cfg, verbose=verbose)
+    report_exactness(runner.target, "target")
     records: list[dict[str, Any]] = []
     def first_signal() -> None:
         # Runs inside the signal handler: one plain write (rich's print is not reentrant).

@@ -20,7 +20,7 @@ from specdec_gguf.profile import profile_for
 from specdec_gguf.prompts import PROMPT_SETS
 from specdec_gguf.settings import DrafterSettings, EngineSettings
 
-from .common import err_console, handle_errors, stdout_is_tty
+from .common import err_console, exact_flag, exactness_json, handle_errors, report_exactness, stdout_is_tty
 
 BAR = 30
 PEERS = ("llama-cpp-python", "llama.cpp")
@@ -106,6 +106,9 @@ def bench(
     peer: Annotated[Optional[list[str]], typer.Option("--peer", help="Add another implementation: llama-cpp-python, llama.cpp (repeatable).")] = None,
     peer_bin: Annotated[Optional[Path], typer.Option("--peer-bin", help="llama.cpp's llama-speculative-simple (default: on PATH).")] = None,
     profile_cache: Annotated[bool, typer.Option("--profile-cache/--no-profile-cache", help="Read/write cost profiles in the user cache.")] = True,
+    exact: Annotated[bool, typer.Option("--exact", help="Target in exact mode: fail unless batched passes are bit-identical to one-token passes (docs/exactness.md).")] = False,
+    exact_warn: Annotated[bool, typer.Option("--exact-warn", help="Target in exact mode, only warn when it is not bit-invariant.")] = False,
+    target_python: Annotated[Optional[Path], typer.Option("--target-python", help="Run the target in this interpreter (e.g. an exact llama.cpp build).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable results.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose")] = False,
 ) -> None:
@@ -139,8 +142,11 @@ def bench(
         if draft_model:
             llama_peers.append(LlamaCppPeer(binary, model, "draft-simple", draft=draft_model, threads=threads,
                                             draft_max=adaptive_k or 8, n_ctx=ctx_size))
-    target = open_engine(EngineSettings(model=model, n_ctx=ctx_size, n_threads=threads,
-                                        n_gpu_layers=n_gpu_layers), verbose=verbose)
+    target = open_engine(EngineSettings(model=model, n_ctx=ctx_size, n_threads=threads, n_gpu_layers=n_gpu_layers,
+                                        exact=exact_flag(exact, exact_warn) or False, python=target_python),
+                         verbose=verbose)
+    report_exactness(target, "target")
+    exactness = exactness_json(("target", target))
     draft = None
     try:
         if draft_model:
@@ -179,7 +185,7 @@ def bench(
     if json_out:
         print(json.dumps({"reports": [dataclasses.asdict(r) for r in reports], "cost_ratios": curve,
                           "prompts": [p[0] for p in prompts], "max_tokens": max_tokens, "repeats": repeats,
-                          "cold": cold, "threads": threads}))
+                          "cold": cold, "threads": threads, "exactness": exactness}))
         return
     console = Console(highlight=False, width=None if stdout_is_tty() else 200)
     console.print(render_reports(reports, cold))

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from specdec_gguf import SpecDecError
+from specdec_gguf import ConfigError, SpecDecError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,6 +47,31 @@ def handle_errors(fn: F) -> F:
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def exact_flag(exact: bool, exact_warn: bool) -> bool | str | None:
+    """``--exact`` / ``--exact-warn`` -> EngineSettings.exact (None: neither given, the config decides)."""
+    if exact and exact_warn:
+        raise ConfigError("choose one of --exact (fail unless bit-invariant) and --exact-warn (warn only)")
+    return True if exact else "warn" if exact_warn else None
+
+
+def report_exactness(engine: Any, role: str) -> None:
+    """Exact mode's verdict for one engine on stderr: one line, a warning when it is not bit-invariant."""
+    verdict = engine.exactness
+    if verdict is None:
+        return
+    if verdict.invariant:
+        err_console.print(f"exact mode ({role}): {escape(verdict.summary())}", markup=True)
+    else:
+        err_console.print(f"[bold yellow]warning:[/] exact mode ({role}): {escape(verdict.summary())}; greedy "
+                          "output may differ from plain decoding where two logits nearly tie", markup=True)
+
+
+def exactness_json(*engines: tuple[str, Any]) -> dict[str, Any]:
+    """``{"target": verdict or None, "draft": ...}`` for --json outputs."""
+    return {role: e.exactness.as_dict() if e is not None and e.exactness is not None else None
+            for role, e in engines}
 
 
 def stdout_is_tty() -> bool:

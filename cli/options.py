@@ -20,6 +20,8 @@ from specdec_gguf.engine import TextModel
 from specdec_gguf.factory import open_engine
 from specdec_gguf.settings import DrafterSettings, EngineSettings
 
+from .common import exact_flag, report_exactness
+
 MODEL, DRAFTER, SAMPLING, PLACEMENT, OUTPUT, CHAT = (
     "Model", "Drafter", "Sampling", "Placement", "Prompt and output", "Chat")
 
@@ -52,6 +54,8 @@ DeviceDraftOpt = Annotated[Optional[str], typer.Option("-devd", "--device-draft"
 TargetPythonOpt = Annotated[Optional[str], typer.Option("--target-python", help="Run the target in this interpreter (another llama.cpp build); a path, or a name looked up on PATH.", rich_help_panel=PLACEMENT)]
 DraftPythonOpt = Annotated[Optional[str], typer.Option("--draft-python", help="Run the draft in this interpreter.", rich_help_panel=PLACEMENT)]
 RpcOpt = Annotated[Optional[str], typer.Option("--rpc", help="llama.cpp RPC servers for the target, comma-separated host:port (GGML_RPC builds).", rich_help_panel=PLACEMENT)]
+ExactOpt = Annotated[bool, typer.Option("--exact", help="Exact mode for the target: batch-invariant settings and a self-test at load; an error unless greedy output will be bit-identical to plain decoding (docs/exactness.md).", rich_help_panel=MODEL)]
+ExactWarnOpt = Annotated[bool, typer.Option("--exact-warn", help="Exact mode, but only warn when the self-test finds this build or model not bit-invariant.", rich_help_panel=MODEL)]
 ChatTemplateOpt = Annotated[Optional[str], typer.Option("--chat-template", help="Chat template: a llama.cpp built-in name (chatml, llama3, gemma, ...) or a Jinja file; default: the model file's own.", rich_help_panel=CHAT)]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", help="llama.cpp logs and full tracebacks.", rich_help_panel=OUTPUT)]
 
@@ -92,7 +96,8 @@ def resolve_settings(*, config: Path | None = None, model: Path | None = None, d
                      seed: int | None = None, threads: int | None = None, threads_draft: int | None = None,
                      n_gpu_layers: int | None = None, draft_n_gpu_layers: int | None = None,
                      device: str | None = None, device_draft: str | None = None, target_python: str | None = None,
-                     draft_python: str | None = None, rpc: str | None = None) -> ModelSettings:
+                     draft_python: str | None = None, rpc: str | None = None, exact: bool = False,
+                     exact_warn: bool = False) -> ModelSettings:
     """The shared flags (and ``--config``) as validated settings."""
     cfg = load_batch_config(config, require_prompts=False) if config else None
     cfg_target = cfg.target if cfg else None
@@ -103,7 +108,7 @@ def resolve_settings(*, config: Path | None = None, model: Path | None = None, d
         raise ConfigError("no target model: pass -m/--model or --config with a [target] table")
     target = _engine_settings(
         cfg_target, model, n_ctx=ctx_size, n_threads=threads, n_gpu_layers=n_gpu_layers, python=target_python,
-        rpc_servers=_split(rpc), devices=_split(device))
+        rpc_servers=_split(rpc), devices=_split(device), exact=exact_flag(exact, exact_warn))
     draft_path = draft_model or (cfg_draft.model if cfg_draft else None)
     draft = None
     if draft_path is not None:
@@ -136,10 +141,12 @@ def resolve_settings(*, config: Path | None = None, model: Path | None = None, d
 def loaded_models(settings: ModelSettings, *, verbose: bool = False) -> Iterator[tuple[TextModel, TextModel | None]]:
     """Load the target (and the draft model when the drafter needs one); close both on the way out."""
     target = open_engine(settings.target, verbose=verbose)
+    report_exactness(target, "target")
     draft = None
     try:
         if settings.drafter.kind == "draft-model" and settings.draft is not None:
             draft = open_engine(settings.draft, verbose=verbose)
+            report_exactness(draft, "draft")
         yield target, draft
     finally:
         for engine in (draft, target):

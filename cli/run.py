@@ -16,12 +16,13 @@ from specdec_gguf.chat import chat_prompt_tokens, end_of_turn_tokens, load_chat_
 from specdec_gguf.factory import make_decoder
 from specdec_gguf.stopping import check_stop_strings
 
-from .common import err_console, handle_errors, stdout_is_tty
+from .common import err_console, exactness_json, handle_errors, stdout_is_tty
 from .options import (CHAT, OUTPUT, AdaptiveOpt, ChatTemplateOpt, ConfigOpt, CtxSizeDraftOpt, CtxSizeOpt,
                       DeviceDraftOpt, DeviceOpt, DraftMinOpt, DraftModelOpt, DraftNGpuLayersOpt, DraftPMinOpt,
-                      DraftPythonOpt, MaxTokensOpt, MinPOpt, ModelOpt, ModelSettings, NgramMaxOpt, NgramMinOpt,
-                      NGpuLayersOpt, NumDraftOpt, ProfileCacheOpt, PromptLookupOpt, RpcOpt, SeedOpt, TargetPythonOpt, TempOpt,
-                      ThreadsDraftOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt, loaded_models, resolve_settings)
+                      DraftPythonOpt, ExactOpt, ExactWarnOpt, loaded_models, MaxTokensOpt, MinPOpt, ModelOpt,
+                      ModelSettings, NGpuLayersOpt, NgramMaxOpt, NgramMinOpt, NumDraftOpt, ProfileCacheOpt,
+                      PromptLookupOpt, resolve_settings, RpcOpt, SeedOpt, TargetPythonOpt, TempOpt, ThreadsDraftOpt,
+                      ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt)
 from .live import LiveState, state_json, summary_lines
 from .stream import Interrupted, generate_into
 
@@ -70,6 +71,8 @@ def run(
     target_python: TargetPythonOpt = None,
     draft_python: DraftPythonOpt = None,
     rpc: RpcOpt = None,
+    exact: ExactOpt = False,
+    exact_warn: ExactWarnOpt = False,
     prompt: Annotated[Optional[str], typer.Option("-p", "--prompt", help="Prompt text; '-' reads stdin.", rich_help_panel=OUTPUT)] = None,
     prompt_file: Annotated[Optional[Path], typer.Option("-f", "--prompt-file", "--file", help="Read the prompt from a file.", rich_help_panel=OUTPUT)] = None,
     chat: Annotated[bool, typer.Option("--chat", help="Send the prompt as a user turn through the chat template.", rich_help_panel=CHAT)] = False,
@@ -88,13 +91,14 @@ def run(
         draft_p_min=draft_p_min, ngram_max=ngram_max, ngram_min=ngram_min, max_tokens=max_tokens, temp=temp,
         top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, threads=threads, threads_draft=threads_draft,
         n_gpu_layers=n_gpu_layers, draft_n_gpu_layers=draft_n_gpu_layers, device=device, device_draft=device_draft,
-        target_python=target_python, draft_python=draft_python, rpc=rpc)
+        target_python=target_python, draft_python=draft_python, rpc=rpc, exact=exact, exact_warn=exact_warn)
     n = settings.max_tokens if settings.max_tokens is not None else 256
     text = read_prompt(prompt, prompt_file)
     chat = chat or system is not None or chat_template is not None
     stop_strings = check_stop_strings(stop, "--stop") if stop else settings.stop
 
     with loaded_models(settings, verbose=verbose) as (target, draft):
+        verdicts = exactness_json(("target", target), ("draft", draft))  # exact mode's self-tests, for --json
         decoder = make_decoder(target, settings.drafter, draft, profile_cache=profile_cache)
         stop_ids: frozenset[int] = frozenset()
         if chat:
@@ -113,20 +117,20 @@ def run(
             tokens = generate_into(state, decoder, target, prompt_tokens, n, settings.sampling, mode,
                                    stop_token_ids=stop_ids, stop=stop_strings)
         except Interrupted as stop:
-            _report(stop.state, stop.tokens, mode, json_out, settings, n)
+            _report(stop.state, stop.tokens, mode, json_out, settings, n, verdicts)
             raise typer.Exit(130) from None
-        _report(state, tokens, mode, json_out, settings, n)
+        _report(state, tokens, mode, json_out, settings, n, verdicts)
 
 
 def _report(state: LiveState, tokens: list[int], mode: str, json_out: bool, model_settings: ModelSettings,
-            max_tokens: int) -> None:
+            max_tokens: int, exactness: dict) -> None:
     if json_out:
         settings = {"target": model_settings.target, "draft": model_settings.draft,
                     "drafter": model_settings.drafter.resolved(), "sampling": model_settings.sampling,
                     "max_tokens": max_tokens}
         resolved = json.loads(json.dumps({k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v
                                           for k, v in settings.items()}, default=str))
-        print(json.dumps(state_json(state, tokens, resolved), ensure_ascii=False))
+        print(json.dumps({**state_json(state, tokens, resolved), "exactness": exactness}, ensure_ascii=False))
         return
     if mode == "plain" and state.stop_reason == "interrupted":
         print()

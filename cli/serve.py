@@ -14,9 +14,10 @@ from specdec_gguf.server import ModelService, run_server
 from .common import err_console, handle_errors
 from .options import (DRAFTER, AdaptiveOpt, ChatTemplateOpt, ConfigOpt, CtxSizeDraftOpt, CtxSizeOpt, DeviceDraftOpt,
                       DeviceOpt, DraftMinOpt, DraftModelOpt, DraftNGpuLayersOpt, DraftPMinOpt, DraftPythonOpt,
-                      MaxTokensOpt, MinPOpt, ModelOpt, NgramMaxOpt, NgramMinOpt, NGpuLayersOpt, NumDraftOpt,
-                      ProfileCacheOpt, PromptLookupOpt, RpcOpt, SeedOpt, TargetPythonOpt, TempOpt, ThreadsDraftOpt, ThreadsOpt,
-                      TopKOpt, TopPOpt, VerboseOpt, loaded_models, resolve_settings)
+                      ExactOpt, ExactWarnOpt, loaded_models, MaxTokensOpt, MinPOpt, ModelOpt, NGpuLayersOpt,
+                      NgramMaxOpt, NgramMinOpt, NumDraftOpt, ProfileCacheOpt, PromptLookupOpt, resolve_settings,
+                      RpcOpt, SeedOpt, TargetPythonOpt, TempOpt, ThreadsDraftOpt, ThreadsOpt, TopKOpt, TopPOpt,
+                      VerboseOpt)
 
 SERVER = "Server"
 DEFAULT_LOOKUP_MEMORY = 32768  # tokens: a few long conversations or agent loops
@@ -51,6 +52,8 @@ def serve(
     target_python: TargetPythonOpt = None,
     draft_python: DraftPythonOpt = None,
     rpc: RpcOpt = None,
+    exact: ExactOpt = False,
+    exact_warn: ExactWarnOpt = False,
     lookup_memory: Annotated[Optional[int], typer.Option("--lookup-memory", help=f"Prompt lookup also drafts from the last N tokens of earlier requests (0: off; default {DEFAULT_LOOKUP_MEMORY} with --prompt-lookup).", rich_help_panel=DRAFTER)] = None,
     profile_cache: ProfileCacheOpt = True,
     chat_template: ChatTemplateOpt = None,
@@ -72,7 +75,7 @@ def serve(
         draft_p_min=draft_p_min, ngram_max=ngram_max, ngram_min=ngram_min, max_tokens=max_tokens, temp=temp,
         top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, threads=threads, threads_draft=threads_draft,
         n_gpu_layers=n_gpu_layers, draft_n_gpu_layers=draft_n_gpu_layers, device=device, device_draft=device_draft,
-        target_python=target_python, draft_python=draft_python, rpc=rpc)
+        target_python=target_python, draft_python=draft_python, rpc=rpc, exact=exact, exact_warn=exact_warn)
     if not 0 < port < 65536:
         raise ConfigError(f"--port {port} must lie in [1, 65535]")
     if lookup_memory is not None and lookup_memory > 0 and settings.drafter.kind != "prompt-lookup":

@@ -18,7 +18,7 @@ def tiny(
     directory: Annotated[Path, typer.Argument(help="Folder to write tiny-target.gguf and tiny-draft.gguf into.")],
     seed: Annotated[int, typer.Option("--seed", help="Weights seed.")] = 0,
     gain: Annotated[float, typer.Option("--gain", help="How far the target's extra layers move it from the draft (0: identical greedy tokens).")] = 0.25,
-    dtype: Annotated[str, typer.Option("--dtype", help="f32 or q8_0.")] = "f32",
+    dtype: Annotated[str, typer.Option("--dtype", help="f32, f16, q8_0 or q4_0.")] = "f32",
     chat: Annotated[bool, typer.Option("--chat", help="Give the models a ChatML chat template (for --chat and serve).")] = False,
     verbose: Annotated[bool, typer.Option("--verbose")] = False,
 ) -> None:

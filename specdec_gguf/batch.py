@@ -133,10 +133,13 @@ class BatchRunner:
                 if (run.name, prompt.id) not in done]
 
     def save_config(self) -> Path:
-        """Write the resolved config beside the results (``<output>.config.json``)."""
+        """Write the resolved config and exact mode's verdicts beside the results (``<output>.config.json``)."""
         path = self.config.output.with_name(self.config.output.name + ".config.json")
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.config.resolved(), indent=2) + "\n", encoding="utf-8")
+        verdicts = {role: e.exactness.as_dict() if e is not None and e.exactness is not None else None
+                    for role, e in (("target", self.target), ("draft", self.draft))}
+        resolved = {**self.config.resolved(), "exactness": verdicts}  # exact mode's self-test, when on
+        path.write_text(json.dumps(resolved, indent=2) + "\n", encoding="utf-8")
         return path
 
     def run(self, items: list[BatchItem], stop: StopFlag,

@@ -67,7 +67,16 @@ def _coerce(where: str, key: str, value: Any, tp: Any, base: Path) -> Any:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         options = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _coerce(where, key, value, options[0], base)
+        if len(options) == 1:
+            return _coerce(where, key, value, options[0], base)
+        for option in options:  # the first that accepts the value (e.g. exact = true | "warn")
+            try:
+                return _coerce(where, key, value, option, base)
+            except ConfigError:
+                pass
+        allowed = " or ".join(_describe(o) if typing.get_origin(o) is not Literal
+                              else " or ".join(repr(a) for a in typing.get_args(o)) for o in options)
+        raise ConfigError(f"{where}: {key} = {value!r} must be {allowed}")
     if origin is Literal:
         if value not in typing.get_args(tp):
             raise ConfigError(f"{where}: {key} = {value!r} must be one of {list(typing.get_args(tp))}")

@@ -19,6 +19,10 @@ class RollbackUnsupportedError(EngineError):
     """The engine's memory cannot be cut back to the requested length."""
 
 
+class ExactnessError(EngineError):
+    """Exact mode was asked for, but this llama.cpp build or model is not batch-invariant (the self-test says why)."""
+
+
 class VocabMismatchError(SpecDecError):
     """Draft and target vocabularies differ, so draft tokens would mean other text."""
 

@@ -21,6 +21,7 @@ DrafterKind = Literal["none", "draft-model", "prompt-lookup"]
 SplitMode = Literal["none", "layer", "row"]
 FlashAttn = Literal["auto", "on", "off"]
 RollbackMode = Literal["auto", "seq_rm", "checkpoint"]
+ExactMode = Literal["warn"]  # besides True/False: exact settings and the self-test, but no error
 
 MAX_THREADS = 512  # ggml's GGML_MAX_N_THREADS: more aborts inside llama.cpp
 MAX_NGRAM = 16  # longer n-grams never match more than 16 do, and the index grows with them
@@ -70,7 +71,10 @@ class EngineSettings:
     ``n_ctx`` 0 takes the model's trained context; ``n_threads`` None uses every core;
     ``devices`` names ggml devices (``specdec backends`` lists them, e.g. ``["CUDA0"]``);
     ``rpc_servers`` are llama.cpp RPC servers ``host:port`` (GGML_RPC builds); ``python``
-    runs the engine in that interpreter (another llama.cpp build).
+    runs the engine in that interpreter (another llama.cpp build). ``exact`` True loads with
+    the batch-invariant settings, self-tests at load and raises ExactnessError unless one-token
+    and batched passes give bit-identical logits; ``"warn"`` does the same but only records the
+    verdict (``engine.exactness``); see docs/exactness.md.
     """
 
     model: Path
@@ -89,6 +93,7 @@ class EngineSettings:
     devices: list[str] | None = None
     rpc_servers: list[str] | None = None
     python: Path | None = None
+    exact: bool | ExactMode = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", Path(self.model))
@@ -111,6 +116,11 @@ class EngineSettings:
                 raise ConfigError(f"{name}={value!r} must be a list of non-empty strings")
         if self.python is not None:
             object.__setattr__(self, "python", interpreter_path(self.python))
+        if not (isinstance(self.exact, bool) or self.exact == "warn"):
+            raise ConfigError(f"exact={self.exact!r} must be true, false or 'warn'")
+        if self.exact and self.flash_attn == "on":
+            raise ConfigError("exact mode turns flash attention off (its one-token and batched kernels differ); "
+                              "use flash_attn='auto' or 'off' with exact")
 
     def engine_kwargs(self) -> dict[str, Any]:
         """The keyword arguments ``LlamaCppEngine`` takes (everything but ``model`` and ``python``)."""

@@ -29,6 +29,10 @@ _WORDS = (
     "three def return class import self print value list data model token draft target speed fast"
 ).split()
 
+# dtype -> (gguf file type, tensor type of the matrices); all of these gguf can write itself
+DTYPES = {"f32": ("ALL_F32", None), "f16": ("MOSTLY_F16", "F16"), "q8_0": ("MOSTLY_Q8_0", "Q8_0"),
+          "q4_0": ("MOSTLY_Q4_0", "Q4_0")}
+
 EXTRA_TOKENS = 100  # appended by the "extended" vocabulary variant
 
 # llama.cpp token types
@@ -121,8 +125,9 @@ def _write(path: Path, weights: dict[str, np.ndarray], n_layers: int, shape: Tin
            special_tokens: Sequence[str] = ()) -> Path:
     import gguf  # the gguf writer is only needed here
 
-    if dtype not in ("f32", "q8_0"):
-        raise ConfigError(f"dtype={dtype!r} must be 'f32' or 'q8_0'")
+    if dtype not in DTYPES:
+        raise ConfigError(f"dtype={dtype!r} must be one of {sorted(DTYPES)}")
+    file_type, qtype = DTYPES[dtype]
     tokens, scores, types = tiny_vocab(vocab_variant, special_tokens)
     path.parent.mkdir(parents=True, exist_ok=True)
     writer = gguf.GGUFWriter(str(path), "llama")
@@ -135,7 +140,7 @@ def _write(path: Path, weights: dict[str, np.ndarray], n_layers: int, shape: Tin
     writer.add_head_count_kv(shape.n_head)
     writer.add_rope_dimension_count(shape.n_embd // shape.n_head)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_Q8_0)
+    writer.add_file_type(getattr(gguf.LlamaFileType, file_type))
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)
@@ -148,9 +153,9 @@ def _write(path: Path, weights: dict[str, np.ndarray], n_layers: int, shape: Tin
     if chat_template is not None:
         writer.add_chat_template(chat_template)
     for tensor_name, data in weights.items():
-        if dtype == "q8_0" and data.ndim == 2:
-            qtype = gguf.GGMLQuantizationType.Q8_0
-            writer.add_tensor(tensor_name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+        if qtype and data.ndim == 2:  # matrices in the file's type; norms stay F32
+            q = getattr(gguf.GGMLQuantizationType, qtype)
+            writer.add_tensor(tensor_name, gguf.quants.quantize(data, q), raw_dtype=q)
         else:
             writer.add_tensor(tensor_name, data)
     writer.write_header_to_file()

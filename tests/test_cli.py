@@ -36,7 +36,7 @@ def test_run_json_schema_and_exact_greedy_across_drafters(tiny_family, tiny_engi
     lookup = run_json(tiny_family, "--prompt-lookup", "-k", "6")
     adaptive = run_json(tiny_family, "-md", tiny_family.draft, "-k", "6")
     for out in (plain, draft, lookup, adaptive):
-        assert set(out) == {"text", "tokens", "stop_reason", "stats", "settings"}
+        assert set(out) == {"text", "tokens", "stop_reason", "stats", "settings", "exactness"}
         assert out["stop_reason"] == "length"
         assert len(out["tokens"]) == 40
         for key in ("acceptance_rate", "tokens_per_target_pass", "generation_throughput", "drafted",

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..engine import EngineBase, token_array
 from ..errors import EngineError
+from ..exactness import Exactness, not_exact_error
 from ..modelfile import validate_gguf
 from ..settings import EngineSettings, interpreter_path
 from . import wire
@@ -73,8 +74,16 @@ class ProcessEngine(EngineBase):
         self._info: dict[str, Any] | None = None
         self._shm_rows = 0
         validate_gguf(self.model_path)  # here, so the child interpreter needs no `gguf` package
-        self._start({**self.settings.engine_kwargs(), "verbose": verbose}, load_timeout)
+        kwargs = self.settings.engine_kwargs()
+        if kwargs["exact"]:
+            kwargs["exact"] = "warn"  # the child reports its verdict; the policy (raise or not) is decided here
+        self._start({**kwargs, "verbose": verbose}, load_timeout)
         _LIVE.add(self)
+        verdict = self._info.get("exactness")  # type: ignore[union-attr]
+        self.exactness: Exactness | None = Exactness.from_dict(verdict) if verdict else None
+        if self.settings.exact is True and self.exactness is not None and not self.exactness.invariant:
+            self.close()
+            raise not_exact_error(f"{self.model_path} in {self.python}", self.exactness)
 
     # -- child lifecycle ------------------------------------------------------------------
     def _start(self, engine_kwargs: dict[str, Any], load_timeout: float) -> None:

@@ -37,7 +37,8 @@ def _serve(rfd: int, wfd: int, shm_fd: int) -> None:
             "architecture": engine.architecture, "bos_token": engine.bos_token, "eos_token": engine.eos_token,
             "add_bos": engine.add_bos, "add_eos": engine.add_eos, "vocab_type": engine.vocab_type,
             "eog_tokens": eog, "pid": os.getpid(), "python": sys.executable,
-            "chat_template": engine.chat_template}
+            "chat_template": engine.chat_template,
+            "exactness": engine.exactness.as_dict() if engine.exactness is not None else None}
     wire.write_frame(wfd, wire.OK, wire.json_payload(info))
     while True:
         try:

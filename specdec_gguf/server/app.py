@@ -68,13 +68,16 @@ def create_app(service: ModelService, *, api_key: str | None = None) -> Starlett
     async def completions(request: Request) -> Response:
         return await generate(request, "completion")
 
+    exactness = service.target.exactness  # exact mode's verdict, fixed at load
+
     async def models(request: Request) -> Response:
         check_key(request)
         return JSONResponse({"object": "list", "data": [
             {"id": service.model_id, "object": "model", "created": int(time.time()), "owned_by": "specdec-gguf",
              "meta": {"n_ctx": service.target.n_ctx, "n_vocab": service.target.n_vocab,
                       "drafter": service.drafter_settings.kind,
-                      "chat_template": service.chat_formatter.name if service.chat_formatter else None}}]})
+                      "chat_template": service.chat_formatter.name if service.chat_formatter else None,
+                      "exactness": exactness.as_dict() if exactness is not None else None}}]})
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "model": service.model_id, "queued": service.queued,

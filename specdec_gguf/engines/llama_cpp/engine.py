@@ -19,9 +19,11 @@ import numpy as np
 
 from ...engine import EngineBase, argmax_ids, token_array
 from ...errors import EngineError, RollbackUnsupportedError
+from ...exactness import Exactness, not_exact_error
 from ...modelfile import RECURRENT_ARCHES, validate_gguf
 from ...settings import EngineSettings
 from .backends import add_rpc_servers, build_id, device_list
+from .exactness import apply_environment, note_compute, self_test, tiled_invariant
 from .checkpoint import StateCheckpoint
 from .runtime import LogCapture, ensure_initialised
 from .vocab import LlamaVocab
@@ -41,6 +43,9 @@ class LlamaCppEngine(EngineBase):
     ``"seq_rm"`` cuts the memory (attention models), ``"checkpoint"`` saves the sequence
     state before each forward and restores + re-advances (recurrent/hybrid models);
     ``"auto"`` picks by architecture and reports its choice in ``rollback_mode``.
+    ``exact`` loads with the batch-invariant settings and self-tests at load; the verdict is
+    ``exactness`` (None when exact mode is off); exact=True raises ExactnessError unless it
+    says bit-invariant.
     Arrays returned by ``forward_*`` are views valid until the next call on this engine.
     After ``close()`` every call raises EngineError.
     """
@@ -85,6 +90,14 @@ class LlamaCppEngine(EngineBase):
                 "use rollback='checkpoint' or 'auto'")
         self.rollback_mode: str = ("checkpoint" if recurrent else "seq_rm") if s.rollback == "auto" else s.rollback
         self._checkpoint = StateCheckpoint(str(self.model_path))
+        self.exactness: Exactness | None = None
+        if s.exact:  # the self-test: one-token vs batched logits, bitwise
+            self.exactness = self_test(self, self._model, threads=int(lc.llama_n_threads(self._ctx)),
+                                       threads_batch=int(lc.llama_n_threads_batch(self._ctx)),
+                                       n_ubatch=int(lc.llama_n_ubatch(self._ctx)))
+            if s.exact is True and not self.exactness.invariant:
+                self.close()
+                raise not_exact_error(str(self.model_path), self.exactness)
 
     @classmethod
     def from_settings(cls, settings: EngineSettings, *, verbose: bool = False) -> LlamaCppEngine:
@@ -100,6 +113,9 @@ class LlamaCppEngine(EngineBase):
         mparams.split_mode = _SPLIT_MODES[s.split_mode]
         # 0.3.x replaced use_mmap with load_mode; a ctypes Structure silently accepts unknown attributes.
         mparams.load_mode = lc.LLAMA_LOAD_MODE_MMAP if s.use_mmap else lc.LLAMA_LOAD_MODE_NONE
+        if s.exact:
+            mparams.use_extra_bufts = False  # repacked weights: GEMM for batches, GEMV for one token
+            apply_environment()
         log = self.log
 
         @lc.llama_progress_callback
@@ -132,7 +148,7 @@ class LlamaCppEngine(EngineBase):
         cparams.n_seq_max = 1
         cparams.n_threads = threads
         cparams.n_threads_batch = s.n_threads_batch or threads
-        cparams.flash_attn_type = _FLASH_ATTN[s.flash_attn]
+        cparams.flash_attn_type = _FLASH_ATTN["off" if s.exact else s.flash_attn]
         cparams.no_perf = True
         self._ctx = lc.llama_init_from_model(self._model, cparams)
         self._raise_if_interrupted()
@@ -255,6 +271,7 @@ class LlamaCppEngine(EngineBase):
             self._b_logits[rows_from:m] = 1
             self._batch.n_tokens = m
             committed = self._n_past
+            note_compute()  # exact mode: llama.cpp reads GGML_CPU_TILED_MM at its first product
             try:
                 t0 = time.perf_counter()
                 with self.log.active():
@@ -322,7 +339,8 @@ class LlamaCppEngine(EngineBase):
         s = self.settings
         speed = {k: v for k, v in s.engine_kwargs().items() if k not in ("n_ctx", "rollback", "use_mmap")}
         return json.dumps({"file": [str(self.model_path.resolve()), stat.st_size, stat.st_mtime_ns],
-                           "settings": speed, "threads": self._threads, "build": build_id()},
+                           "settings": speed, "threads": self._threads, "build": build_id(),
+                           "tiled_matmul": tiled_invariant()},  # exact mode sets it for the process
                           sort_keys=True, default=str)
 
     def _open_vocab(self) -> LlamaVocab:
