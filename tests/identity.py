@@ -10,7 +10,7 @@ that close. What the tests can promise:
   from the target's logits in a one-token plain pass), speculative output is token for
   token plain decoding's output;
 - beyond it, identity holds only where exact mode's load-time self-test says this build
-  and model are batch-invariant (``strict_identity``).
+  and model are batch-invariant (``strict_identity``; an engine loaded with ``exact=True``).
 """
 
 from __future__ import annotations
@@ -58,14 +58,10 @@ def plain_reference(engine, prompt: Sequence[int], max_tokens: int, *, ignore_eo
 
 
 def strict_identity(engine) -> bool:
-    """Whether this build and model give bit-identical logits for batched and one-token passes.
-
-    HOOK (issue 12, exact mode): exact mode's load-time self-test has not landed yet, so no
-    build is trusted to be invariant and identity is asserted only up to the first near-tie.
-    When it lands, return its verdict for ``engine`` here (an engine loaded with
-    ``exact=True`` whose self-test passed).
-    """
-    return False
+    """Whether exact mode's load-time self-test found this build and model batch-invariant
+    (``engine.exactness``, docs/exactness.md). Engines loaded without exact mode have no
+    verdict: identity is then asserted only up to the first near-tie."""
+    return engine.exactness is not None and engine.exactness.invariant
 
 
 def assert_matches_plain(tokens: Sequence[int], reference: PlainReference, *, strict: bool = False,
