@@ -15,6 +15,7 @@ from specdec_gguf import ConfigError
 from specdec_gguf.chat import chat_prompt_tokens, end_of_turn_tokens, load_chat_template, require_template
 from specdec_gguf.factory import make_decoder
 from specdec_gguf.stopping import check_stop_strings
+from specdec_gguf.textfiles import check_unicode, decode_utf8, read_text
 
 from .common import err_console, exactness_json, handle_errors, stdout_is_tty
 from .options import (CHAT, OUTPUT, AdaptiveOpt, ChatTemplateOpt, ConfigOpt, CtxSizeDraftOpt, CtxSizeOpt,
@@ -31,15 +32,12 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
     if prompt is not None and prompt_file is not None:
         raise ConfigError("give the prompt either with -p/--prompt or with -f/--prompt-file, not both")
     if prompt_file is not None:
-        try:
-            return prompt_file.read_text(encoding="utf-8")
-        except OSError as err:
-            raise ConfigError(f"--prompt-file {prompt_file}: cannot be read ({err.strerror or err})") from None
+        return read_text(prompt_file, f"--prompt-file {prompt_file}")
     if prompt == "-":
-        return sys.stdin.read()
+        return decode_utf8(sys.stdin.buffer.read(), "stdin")
     if prompt is None:
         raise ConfigError("no prompt: pass -p TEXT, -p - (stdin) or -f FILE")
-    return prompt
+    return check_unicode(prompt, "-p/--prompt")  # undecodable argv bytes arrive as lone surrogates
 
 
 @handle_errors

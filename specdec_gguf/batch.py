@@ -1,13 +1,8 @@
-"""Batch runs: several named runs over the same prompts, results appended as JSONL.
-
-Each (run, prompt) result is one complete line, written and flushed as soon as it
-finishes, so an interrupted batch loses nothing and ``resume`` skips what is done.
-"""
+"""Batch runs: several named runs over the same prompts, results appended as JSONL (see results.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import statistics
 import threading
@@ -18,52 +13,11 @@ from typing import Any, Callable, Iterator
 from .chat import chat_prompt_tokens, end_of_turn_tokens, load_chat_template, require_template
 from .config import BatchConfig, Prompt, RunSettings
 from .decoder import SpeculativeDecoder
-from .engine import SpeculativeEngine
+from .engine import TextModel
 from .errors import SpecDecError
 from .factory import make_decoder, open_engine
+from .results import ResultsFile, read_results  # noqa: F401 - read_results is part of this module's API
 from .textgen import stream_text
-
-
-class ResultsFile:
-    """Append-only JSONL results: whole lines only, each flushed and fsynced."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def completed(self) -> set[tuple[str, str]]:
-        """(run, id) pairs already written; a torn last line (from a crash) is cut off first."""
-        if not self.path.is_file():  # nothing yet (or a device such as /dev/full)
-            return set()
-        data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            data = data[: data.rfind(b"\n") + 1]
-            with open(self.path, "r+b") as f:
-                f.truncate(len(data))
-        done = set()
-        for line in data.decode("utf-8", errors="replace").splitlines():
-            try:
-                obj = json.loads(line)
-                done.add((str(obj["run"]), str(obj["id"])))
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue
-        return done
-
-    def append(self, record: dict[str, Any]) -> None:
-        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
-        try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        except OSError as err:
-            raise SpecDecError(f"{self.path}: cannot open the results file ({err.strerror or err})") from None
-        try:
-            written = os.write(fd, line)
-            if written != len(line):  # a short write (disk full): undo it so no torn line stays
-                os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_END) - written)
-                raise SpecDecError(f"{self.path}: disk full; the last result was not written")
-            os.fsync(fd)
-        except OSError as err:
-            raise SpecDecError(f"{self.path}: cannot write results ({err.strerror or err})") from None
-        finally:
-            os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -116,10 +70,12 @@ class BatchRunner:
             raise SpecDecError(f"{config.output}: is a directory; give a file path for the results")
         self.config = config
         self.results = ResultsFile(config.output)
+        self.results.lock()  # before the models load: a second batch on this file stops at once
         self.in_progress: BatchItem | None = None  # the (run, prompt) being generated, for progress messages
-        self.target = open_engine(config.target, verbose=verbose)
-        self.draft: SpeculativeEngine | None = None
+        self.target: TextModel | None = None
+        self.draft: TextModel | None = None
         try:
+            self.target = open_engine(config.target, verbose=verbose)
             if any(r.drafter.kind == "draft-model" for r in config.runs) and config.draft is not None:
                 self.draft = open_engine(config.draft, verbose=verbose)
             self.decoders = {r.name: make_decoder(self.target, r.drafter, self.draft) for r in config.runs}
@@ -184,6 +140,7 @@ class BatchRunner:
         for engine in (self.draft, self.target):
             if engine is not None:
                 engine.close()
+        self.results.close()
 
 
 @dataclass(frozen=True)
@@ -217,16 +174,3 @@ def summarize_results(records: list[dict[str, Any]], run_names: list[str]) -> li
             median_throughput=medians[name],
             speedup=medians[name] / base if base and medians[name] is not None else None))
     return out
-
-
-def read_results(path: Path) -> list[dict[str, Any]]:
-    """Every complete JSON line of a results file."""
-    out = []
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return out
-

@@ -19,6 +19,7 @@ from .errors import ConfigError
 from .sampling import SamplingParams
 from .settings import DrafterSettings, EngineSettings
 from .stopping import check_stop_strings
+from .textfiles import check_unicode, jsonl_lines, read_bytes, read_text
 
 @dataclass(frozen=True)
 class RunSettings:
@@ -87,14 +88,17 @@ def _coerce(where: str, key: str, value: Any, tp: Any, base: Path) -> Any:
             raise ConfigError(f"{where}: {key} = {value!r} must be a list")
         return [_coerce(where, f"{key}[{i}]", v, item, base) for i, v in enumerate(value)]
     if tp is Path:
-        if not isinstance(value, str) or not value:
-            raise ConfigError(f"{where}: {key} = {value!r} must be a non-empty path string")
+        if not isinstance(value, str) or not value or "\0" in value:
+            raise ConfigError(f"{where}: {key} = {value!r} must be a non-empty path string (no NUL)")
+        check_unicode(value, f"{where}: {key}")
         path = Path(value).expanduser()
         return path if path.is_absolute() else base / path
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if tp in (int, float) and isinstance(value, bool) or not isinstance(value, tp):
         raise ConfigError(f"{where}: {key} = {value!r} must be of type {_describe(tp)}")
+    if isinstance(value, str):
+        check_unicode(value, f"{where}: {key}")  # a JSON "\udc80" could never be written back as UTF-8
     return value
 
 
@@ -131,20 +135,40 @@ def sampling_params(table: Any, where: str, base: Path) -> SamplingParams:
 
 
 def _load_toml(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise ConfigError(f"{path}: no such config file")
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory, not a config file")
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, not a config file") from None
+        return tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: invalid TOML ({err})") from None
 
 
+def _table(data: dict[str, Any], key: str, where: str, default: Any) -> Any:
+    """``data[key]`` if it is a table (``default`` when absent), else ConfigError naming it."""
+    value = data.get(key, default)
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: {key} = {value!r} must be a table ([{key}] or {key} = {{...}})")
+    return value
+
+
+def _list(data: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = data.get(key, [])
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: {key} = {value!r} must be an array of tables ([[{key}]])")
+    return value
+
+
+def _max_tokens(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}: max_tokens = {value!r} must be an integer >= 1")
+    return value
+
+
 def _prompts(data: dict[str, Any], path: Path, base: Path, required: bool) -> tuple[Prompt, ...]:
     prompts: list[Prompt] = []
-    for i, table in enumerate(data.get("prompts", [])):
+    for i, table in enumerate(_list(data, "prompts", str(path))):
         prompts.append(_build(Prompt, table, f"{path}: [[prompts]] #{i + 1}", base))
     if "prompts_file" in data:
         file = _coerce(str(path), "prompts_file", data["prompts_file"], Path, base)
@@ -160,19 +184,21 @@ def _prompts(data: dict[str, Any], path: Path, base: Path, required: bool) -> tu
 
 
 def read_prompts_jsonl(file: Path, where: str) -> list[Prompt]:
-    """Prompts from a JSONL file: one ``{"id": ..., "text": ...}`` object per line."""
-    try:
-        lines = file.read_text(encoding="utf-8").splitlines()
-    except OSError as err:
-        raise ConfigError(f"{where} = {str(file)!r}: cannot be read ({err.strerror or err})") from None
+    """Prompts from a JSONL file: one ``{"id": ..., "text": ...}`` object per line (lines end at ``\n`` only)."""
+    data = read_bytes(file, f"{where} = {str(file)!r}")
     prompts = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for n, raw in jsonl_lines(data):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"{file}:{n}: not UTF-8 text (byte 0x{raw[err.start]:02x} at column {err.start + 1}); "
+                              "save it as UTF-8") from None
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as err:
-            raise ConfigError(f"{file}:{n}: invalid JSON ({err.msg})") from None
+            raise ConfigError(f"{file}:{n}: invalid JSON ({err.msg} at column {err.colno})") from None
+        except RecursionError:
+            raise ConfigError(f"{file}:{n}: invalid JSON (nested too deeply)") from None
         prompts.append(_build(Prompt, obj, f"{file}:{n}", file.parent))
     return prompts
 
@@ -187,7 +213,14 @@ def _stop_strings(value: Any, where: str) -> tuple[str, ...]:
 def load_batch_config(path: str | Path, *, require_prompts: bool = True) -> BatchConfig:
     """Read and validate a batch config file (``specdec run --config`` needs no prompts)."""
     path = Path(path)
-    data = _load_toml(path)
+    return parse_batch_config(_load_toml(path), path, require_prompts=require_prompts)
+
+
+def parse_batch_config(data: dict[str, Any], path: Path, *, require_prompts: bool = True) -> BatchConfig:
+    """Validate a parsed config (``data`` as tomllib returns it; ``path`` names it and anchors relative paths).
+
+    Any value of any shape gives a BatchConfig or a ConfigError naming the file and the key.
+    """
     base = path.resolve().parent
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
@@ -196,22 +229,21 @@ def load_batch_config(path: str | Path, *, require_prompts: bool = True) -> Batc
         raise ConfigError(f"{path}: missing required table [target]")
     target = engine_settings(data["target"], f"{path}: [target]", base)
     draft = engine_settings(data["draft"], f"{path}: [draft]", base) if "draft" in data else None
-    sampling_table = data.get("sampling", {})
-    max_tokens = data.get("max_tokens", 256)
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ConfigError(f"{path}: max_tokens = {max_tokens!r} must be an integer >= 1")
+    sampling_table = _table(data, "sampling", str(path), {})
+    max_tokens = _max_tokens(data.get("max_tokens", 256), str(path))
     stop = _stop_strings(data.get("stop", []), str(path))
-    default_drafter = data.get("drafter", {})
-    run_tables = data.get("runs") or [{"name": "default"}]
+    default_drafter = _table(data, "drafter", str(path), {})
+    run_tables = _list(data, "runs", str(path)) or [{"name": "default"}]
     runs = []
     for i, table in enumerate(run_tables):
         where = f"{path}: [[runs]] #{i + 1}"
         if not isinstance(table, dict) or not isinstance(table.get("name"), str):
             raise ConfigError(f"{where}: each run needs a string 'name'")
         table = dict(table)
-        name = table.pop("name")
-        run_sampling = {**sampling_table, **table.pop("sampling", {})}
-        run_max = table.pop("max_tokens", max_tokens)
+        name = check_unicode(table.pop("name"), f"{where}: name")
+        run_sampling = {**sampling_table, **_table(table, "sampling", where, {})}
+        table.pop("sampling", None)
+        run_max = _max_tokens(table.pop("max_tokens", max_tokens), where)
         run_stop = _stop_strings(table.pop("stop"), where) if "stop" in table else stop
         drafter = drafter_settings({**default_drafter, **table}, where, base)
         if drafter.kind == "draft-model" and draft is None:

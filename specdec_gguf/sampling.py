@@ -127,7 +127,8 @@ def probs_from_logits(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     top = _finite_max(logits)
     # Shift before scaling: (logits - max) / T lies in [-inf, 0], so no temperature overflows it.
     scaled = np.subtract(logits, np.float32(top), dtype=np.float32)  # [V], a copy
-    scaled *= np.float32(1.0 / params.temperature)
+    with np.errstate(over="ignore"):  # a tiny T sends far-below-max logits to -inf: probability 0, as meant
+        scaled *= np.float32(1.0 / params.temperature)
     ids: np.ndarray | None = None  # candidate token ids; None = the whole vocabulary
     if 0 < params.top_k < n_vocab:
         ids = _top_indices(scaled, params.top_k)  # [top_k]

@@ -25,6 +25,7 @@ ExactMode = Literal["warn"]  # besides True/False: exact settings and the self-t
 
 MAX_THREADS = 512  # ggml's GGML_MAX_N_THREADS: more aborts inside llama.cpp
 MAX_NGRAM = 16  # longer n-grams never match more than 16 do, and the index grows with them
+INT32_MAX = 2**31 - 1
 MAX_DRAFT_TOKENS = 64  # no proposal longer than this pays on any engine we know of
 
 
@@ -97,11 +98,12 @@ class EngineSettings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", Path(self.model))
-        _check_int("n_ctx", self.n_ctx, 0)
-        _check_int("n_batch", self.n_batch, 1)
-        _check_int("n_ubatch", self.n_ubatch, 1, none_ok=True)
-        _check_int("n_gpu_layers", self.n_gpu_layers, -1)
-        _check_int("main_gpu", self.main_gpu, 0)
+        # llama.cpp takes these as 32-bit C ints; ctypes would wrap larger ones silently.
+        _check_int("n_ctx", self.n_ctx, 0, INT32_MAX)
+        _check_int("n_batch", self.n_batch, 1, INT32_MAX)
+        _check_int("n_ubatch", self.n_ubatch, 1, INT32_MAX, none_ok=True)
+        _check_int("n_gpu_layers", self.n_gpu_layers, -1, INT32_MAX)
+        _check_int("main_gpu", self.main_gpu, 0, INT32_MAX)
         _check_int("n_threads", self.n_threads, 1, MAX_THREADS, none_ok=True)
         _check_int("n_threads_batch", self.n_threads_batch, 1, MAX_THREADS, none_ok=True)
         for name in ("split_mode", "flash_attn", "rollback"):

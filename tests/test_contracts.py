@@ -165,7 +165,8 @@ def test_default_draft_length_is_decided_once():
 
 @pytest.mark.parametrize("field, value, message", [
     ("n_threads", 100000, r"n_threads=100000 must be an integer \[1, 512\]"),
-    ("n_ctx", -1, "n_ctx=-1 must be an integer >= 0"),
+    ("n_ctx", -1, r"n_ctx=-1 must be an integer \[0, 2147483647\]"),
+    ("n_ctx", 2**32 + 64, r"n_ctx=4294967360 must be an integer \[0, 2147483647\]"),  # ctypes would wrap it to 64
     ("flash_attn", "maybe", "flash_attn='maybe' must be one of"),
     ("split_mode", "diagonal", "split_mode='diagonal' must be one of"),
     ("tensor_split", [1.0, float("nan")], "tensor_split"),
