@@ -96,7 +96,10 @@ class SpeculativeDecoder:
         """Run to a stop and return every generated token with the stats."""
         tokens: list[int] = []
         last: RoundEvent | None = None
-        for last in self.stream(prompt_tokens, max_new_tokens, sampling, stop_token_ids, ignore_eog=ignore_eog):
+        prompt = self._validate(prompt_tokens, max_new_tokens)
+        # No caller code runs between these rounds, so nobody can touch the engines: no resume check.
+        for last in self._rounds(prompt, max_new_tokens, sampling, frozenset(stop_token_ids or ()), ignore_eog,
+                                 check_on_resume=False):
             tokens.extend(last.tokens)
         assert last is not None and last.stop_reason is not None  # stream always ends on a stop
         return GenerationResult(tokens=tokens, stats=last.stats, stop_reason=last.stop_reason)
@@ -126,7 +129,7 @@ class SpeculativeDecoder:
         return prompt
 
     def _rounds(self, prompt: list[int], max_new_tokens: int, params: SamplingParams,
-                stops: frozenset[int], ignore_eog: bool) -> Iterator[RoundEvent]:
+                stops: frozenset[int], ignore_eog: bool, check_on_resume: bool = True) -> Iterator[RoundEvent]:
         target, drafter, schedule, clock = self.target, self.drafter, self.schedule, self.clock
         is_eog = (lambda token: False) if ignore_eog else target.is_eog
         policy, rng = VerificationPolicy.from_sampling(params), params.rng()
@@ -194,7 +197,7 @@ class SpeculativeDecoder:
                 yield RoundEvent(tuple(new), tuple(origins), stats, stop_reason)
                 if stop_reason is not None:
                     return
-                if not _holds(target, mirror[: len(context) - 1]):
+                if check_on_resume and not _holds(target, mirror[: len(context) - 1]):
                     self._resync(context)  # another generation used the engine while this one was paused
         except GeneratorExit:
             # Closed (or garbage-collected) while paused at a yield: the caches were consistent
@@ -232,7 +235,12 @@ class SpeculativeDecoder:
 
 def _holds(engine: SpeculativeEngine, committed: np.ndarray) -> bool:
     """Whether the engine's cache is exactly ``committed`` (its own record, compared in one numpy pass)."""
-    return engine.n_past == len(committed) and bool(np.array_equal(engine.tokens, committed))
+    tokens = engine.tokens
+    if len(tokens) != len(committed):
+        return False
+    if not isinstance(tokens, np.ndarray):  # e.g. a tuple: fromiter converts it without a detour
+        tokens = np.fromiter(tokens, dtype=np.int64, count=len(committed))
+    return bool(np.array_equal(tokens, committed))
 
 
 def _fit_to_target(proposal: DraftProposal, n_vocab: int) -> DraftProposal:
