@@ -18,6 +18,7 @@ from .errors import EngineError
 
 MAX_LAYERS = 512  # llama.cpp's LLAMA_MAX_LAYERS
 MAX_EXPERTS = 1024  # llama.cpp's LLAMA_MAX_EXPERTS (llama-cpp-python 0.3.36)
+ROPE_SCALING = ("none", "linear", "yarn", "longrope")  # llama.cpp asserts on any other name
 REQUIRED = ("block_count", "embedding_length", "context_length")  # every architecture's loader reads these
 
 
@@ -62,6 +63,13 @@ def check_hparams(path: Path, fields: Mapping[str, Any], recurrent: bool) -> Non
     base = fields.get(p + "rope.freq_base")
     if isinstance(base, float) and base <= 0:
         raise fail(f"{p}rope.freq_base = {base!r} must be > 0")
+    scaling = fields.get(p + "rope.scaling.type")
+    if isinstance(scaling, str) and scaling not in ROPE_SCALING:
+        raise fail(f"{p}rope.scaling.type = {scaling!r} must be one of {list(ROPE_SCALING)}")
+    nextn = _int(fields, p + "nextn_predict_layers")
+    layers = _int(fields, p + "block_count")
+    if nextn is not None and layers is not None and not 0 <= nextn <= layers:
+        raise fail(f"{p}nextn_predict_layers = {nextn} must lie in [0, block_count = {layers}]")
 
     experts = _int(fields, p + "expert_count") or 0
     used = _int(fields, p + "expert_used_count") or 0

@@ -100,7 +100,9 @@ class _Cursor:
         self.pos += n
         return raw.decode("utf-8", errors="replace")
 
-    def value(self, vtype: int, what: str) -> Any:
+    def value(self, vtype: int, what: str, unique: bool = False) -> Any:
+        """One value; ``unique`` checks that a string array holds no string twice (llama.cpp
+        aborts on a vocabulary with a duplicate token)."""
         if vtype in _SCALAR:
             return self.scalar(_SCALAR[vtype], what)
         if vtype == _STRING:
@@ -113,11 +115,18 @@ class _Cursor:
                 self.pos += size
             elif etype == _STRING:
                 unpack, data = struct.unpack_from, self.data
-                for _ in range(count):
+                seen: dict[bytes, int] | None = {} if unique else None
+                for i in range(count):
                     self.need(8, what)
                     (n,) = unpack("<Q", data, self.pos)
                     self.pos += 8
                     self.need(n, what)
+                    if seen is not None and n:
+                        # llama.cpp reads each entry as a C string (up to a NUL) and renames empty ones.
+                        text = bytes(data[self.pos:self.pos + n]).split(b"\0", 1)[0]
+                        if text and seen.setdefault(text, i) != i:
+                            raise _fail(self.path, f"corrupted header: {what} holds {text[:40]!r} twice "
+                                                   f"(entries {seen[text]} and {i})")
                     self.pos += n
             else:
                 raise _fail(self.path, f"corrupted header: {what} has array element type {etype}")
@@ -140,7 +149,7 @@ def read_header(path: Path) -> GGUFHeader:
     fields: dict[str, Any] = {}
     for i in range(n_kv):
         key = cur.string(f"key {i}")
-        fields[key] = cur.value(cur.scalar("<I", f"type of {key!r}"), repr(key))
+        fields[key] = cur.value(cur.scalar("<I", f"type of {key!r}"), repr(key), unique=key == "tokenizer.ggml.tokens")
     infos = []
     for i in range(n_tensors):
         name = cur.string(f"tensor {i} name")

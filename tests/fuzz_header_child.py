@@ -24,7 +24,7 @@ KEYS = ["block_count", "context_length", "embedding_length", "feed_forward_lengt
         "attention.head_count_kv", "attention.key_length", "attention.value_length", "rope.dimension_count",
         "attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon", "rope.freq_base", "rope.scaling.factor",
         "expert_count", "expert_used_count", "expert_group_count", "expert_group_used_count", "vocab_size",
-        "attention.sliding_window", "expert_shared_count", "leading_dense_block_count"]
+        "attention.sliding_window", "expert_shared_count", "leading_dense_block_count", "nextn_predict_layers"]
 INTS = [0, 1, 2, 3, 5, 7, 16, 63, 64, 65, 128, 511, 512, 513, 1024, 1025, 2**31 - 1, 2**31, 2**32 - 1]
 FLOATS = [float("nan"), float("inf"), float("-inf"), -1.0, -1e-9, 0.0, -0.0, 1e-30, 1.0, 1e30, 3e38]
 SHAPES = {"token_embd.weight": [(32, 733), (64, 700), (64, 800), (65, 733)],
@@ -47,9 +47,12 @@ def hparam_mutation(rng: np.random.Generator) -> tuple[dict, dict, dict]:
         elif kind == 7:
             changes[key], types[key] = FLOATS[int(rng.integers(len(FLOATS)))], U.FLOAT32
         elif kind == 8:
-            changes[key] = DROP if rng.random() < 0.7 else "x"
+            changes[key] = DROP if rng.random() < 0.5 else "x"
             if changes[key] == "x":
                 types[key] = U.STRING
+            if rng.random() < 0.3:
+                changes["llama.rope.scaling.type"] = ["bogus", "yarn", ""][int(rng.integers(3))]
+                types["llama.rope.scaling.type"] = U.STRING
         else:
             name = list(SHAPES)[int(rng.integers(len(SHAPES)))]
             shapes[name] = SHAPES[name][int(rng.integers(len(SHAPES[name])))]

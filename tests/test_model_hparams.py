@@ -33,13 +33,16 @@ F32, U32, STR = gguf.GGUFValueType.FLOAT32, gguf.GGUFValueType.UINT32, gguf.GGUF
     ({"llama.expert_count": 4, "llama.expert_used_count": 0}, r"expert_used_count = 0 must be an integer \[1, 4\]"),
     ({"llama.expert_used_count": 2}, "without experts"),
     ({"llama.expert_count": 2000, "llama.expert_used_count": 2}, r"expert_count = 2000 must be an integer \[0, 1024\]"),
+    ({"llama.rope.scaling.type": "bogus"}, r"rope.scaling.type = 'bogus' must be one of \['none', 'linear'"),
+    ({"llama.nextn_predict_layers": 9}, r"nextn_predict_layers = 9 must lie in \[0, block_count = 1\]"),
     ({"llama.expert_count": 8, "llama.expert_used_count": 2, "llama.expert_group_count": 3,
       "llama.expert_group_used_count": 1}, "expert_group_count = 3 must divide expert_count = 8"),
 ])
 def test_absurd_hyperparameters_are_refused_before_llama_cpp(tiny_family, tmp_path, changes, message):
     """Each of these aborted the interpreter inside llama.cpp (GGML_ASSERT) or gave NaN logits; now they
     are refused by specdec_gguf/hparams.py with the key, the value and the allowed range, for run and inspect."""
-    types = {k: F32 if isinstance(v, float) else U32 for k, v in changes.items() if v is not DROP}
+    types = {k: F32 if isinstance(v, float) else STR if isinstance(v, str) else U32
+             for k, v in changes.items() if v is not DROP}
     path = rewrite(tiny_family.draft, tmp_path / "absurd.gguf", changes, types)
     with pytest.raises(EngineError, match=f"absurd.gguf: invalid hyperparameter: .*{message}"):
         LlamaCppEngine(path, n_ctx=64)
@@ -93,3 +96,24 @@ def test_non_regular_model_paths_are_refused_without_blocking(tmp_path, kind):
             assert "Traceback" not in done.stderr
     finally:
         sock.close()
+
+
+@pytest.mark.parametrize("duplicate", [b"\xe2\x96\x81the", b"\xe2\x96\x81the\x00junk"])
+def test_a_vocabulary_with_a_token_twice_is_refused(tiny_family, tmp_path, duplicate):
+    """llama.cpp aborts (GGML_ASSERT in llama-vocab.cpp) when two entries of tokenizer.ggml.tokens read the
+    same as C strings, which includes an entry whose bytes go on after a NUL. Run in a child: it used to
+    kill the interpreter (found by the byte fuzz with other seeds)."""
+    import gguf as gguf_module
+
+    reader = gguf_module.GGUFReader(str(tiny_family.draft))
+    field = reader.fields["tokenizer.ggml.tokens"]
+    tokens = [bytes(field.parts[i]) for i in field.data]
+    at = tokens.index(b"\xe2\x96\x81the")
+    tokens[at + 1] = duplicate
+    path = rewrite(tiny_family.draft, tmp_path / "dup.gguf", {"tokenizer.ggml.tokens": tokens})
+    code = ("import sys\nfrom specdec_gguf import EngineError\nfrom specdec_gguf.engines import LlamaCppEngine\n"
+            "try:\n    LlamaCppEngine(sys.argv[1], n_ctx=64)\nexcept EngineError as err:\n    print(err)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-500:]
+    assert f"corrupted header: 'tokenizer.ggml.tokens' holds b'\\xe2\\x96\\x81the' twice (entries {at} and {at + 1})" \
+        in done.stdout
