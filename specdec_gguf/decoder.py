@@ -51,7 +51,7 @@ class SpeculativeDecoder:
     that pay for their place in the verify pass, judged from the target's measured cost
     profile (cached on disk, see profile.py; ``profile_cache=False`` measures afresh) and
     acceptance calibrated online; ``num_draft_tokens`` is then an upper bound (default: 8
-    for a draft model, 16 for prompt lookup). ``adaptive=False`` drafts and verifies a fixed
+    for a draft model, 32 for prompt lookup). ``adaptive=False`` drafts and verifies a fixed
     ``num_draft_tokens`` (default 4) every round; ``schedule`` plugs in any other
     :class:`DraftSchedule`. Proposals shorter than ``draft_min`` are not verified.
     Greedy output equals the target's own greedy output for any drafter and k; sampling

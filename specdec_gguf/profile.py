@@ -24,7 +24,7 @@ from .errors import ConfigError
 # Pass sizes measured at load: n = k + 1 for k = 0, 1, 2, 4, 8 draft tokens; larger sizes
 # are extrapolated, then measured online when the schedule uses them.
 CALIBRATION_SIZES = (1, 2, 3, 5, 9)
-CONTEXT_TOKENS = 32  # passes are timed after a short context, like an early round
+CONTEXT_TOKENS = 16  # passes are timed after a short context, like an early round
 FORMAT = 1  # bump when the file layout changes
 
 
@@ -86,8 +86,9 @@ def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES,
             token: int = 0) -> CostProfile:
     """Time one pass of each size in ``sizes`` on ``engine`` (the fastest of ``repeats``).
 
-    Uses and then clears the engine's cache. A pass of every size runs once first so
-    allocations and cold caches don't count.
+    Uses and then clears the engine's cache. One pass of the largest size runs first (it sizes
+    the output buffers); the first timed pass of each other size also builds llama.cpp's graph
+    for that size, which the fastest-of rule leaves out. The schedule refines every size online.
     """
     sizes = sorted(set(sizes) | {1})
     if sizes[-1] + CONTEXT_TOKENS > engine.n_ctx:
@@ -97,11 +98,10 @@ def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES,
     engine.reset(0)
     try:
         engine.advance([token] * base)
-        for n in reversed(sizes):  # warm-up, largest first: it sizes the output buffers once
-            engine.forward_argmax([token] * n)
-            engine.reset(base)
+        engine.forward_argmax([token] * sizes[-1])  # warm-up: sizes the output buffers once
+        engine.reset(base)
         best = {n: float("inf") for n in sizes}
-        for _ in range(repeats):
+        for rep in range(repeats):
             for n in sizes:
                 t0 = time.perf_counter()
                 engine.forward_argmax([token] * n)

@@ -16,6 +16,7 @@ from .drafters import AutoregressiveDrafter, PromptLookupDrafter
 from .engines.simulated import SimulatedDraftEngine, TraceEngine, VirtualClock
 from .profile import CostProfile
 from .schedule import AdaptiveSchedule, DraftSchedule
+from .settings import default_num_draft_tokens
 
 # Cost curves (seconds of a one-token pass, T(n)/T(1)) measured on CPUs (docs/performance.md,
 # issue 10) and a GPU-like one where verifying more tokens is nearly free.
@@ -128,7 +129,7 @@ def simulate(trace: Trace, curve: str, max_tokens: int, k: int | None, *, drafte
         decoder = SpeculativeDecoder(target, clock=clock)
     elif k is None:
         schedule = schedule or AdaptiveSchedule(
-            16 if drafter == "prompt-lookup" else 8, target_costs=costs, draft_costs=draft_costs,
+            default_num_draft_tokens(drafter, True), target_costs=costs, draft_costs=draft_costs,
             free_drafter=drafter == "prompt-lookup",
             priors={g: drafting.acceptance_priors(g) for g in (True, False)})
         decoder = SpeculativeDecoder(target, drafting, schedule=schedule, clock=clock)
