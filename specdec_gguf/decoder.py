@@ -12,7 +12,7 @@ import numpy as np
 from . import sampling as _sampling
 from .engine import DrafterEngine, SpeculativeEngine, check_tokens, reusable_prefix
 from .errors import ConfigError, ContextOverflowError, SpecDecError
-from .proposal import DraftProposal, VerificationPolicy
+from .proposal import NO_PROPOSAL, DraftProposal, VerificationPolicy
 from .sampling import SamplingParams
 from .profile import profile_for
 from .schedule import AdaptiveSchedule, DraftSchedule, FixedSchedule
@@ -21,7 +21,6 @@ from .stats import SpecStats
 
 Origin = Literal["accepted", "correction", "bonus", "target"]
 StopReason = Literal["eog", "stop_token", "length", "context"]
-_NO_PROPOSAL = DraftProposal()
 
 
 @dataclass(frozen=True)
@@ -148,7 +147,7 @@ class SpeculativeDecoder:
                 t_round = clock()
                 room = min(target.n_ctx - len(context), max_new_tokens - (len(context) - len(prompt))) - 1
                 k = min(schedule.next_k(), room) if drafter is not None else 0
-                proposal = _NO_PROPOSAL
+                proposal = NO_PROPOSAL
                 if k > 0:
                     proposal = drafter.propose(k, policy, rng, budget=schedule.budget(policy.greedy)).prefix(k)
                     if proposal.parents is not None and not proposal.is_linear:
@@ -157,9 +156,9 @@ class SpeculativeDecoder:
                 drafted = proposal
                 if proposal.tokens:
                     chosen = schedule.choose(proposal, policy.greedy)
-                    proposal = proposal.prefix(chosen) if chosen else _NO_PROPOSAL
+                    proposal = proposal.prefix(chosen) if chosen else NO_PROPOSAL
                     if len(proposal.tokens) < self.draft_min:
-                        proposal = _NO_PROPOSAL  # too short to pay for a verify pass (llama.cpp's --draft-min)
+                        proposal = NO_PROPOSAL  # too short to pay for a verify pass (llama.cpp's --draft-min)
                 t_verify = clock()
                 out = target.forward_proposal(context[-1], proposal, greedy=policy.greedy)
                 if policy.greedy:

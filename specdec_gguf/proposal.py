@@ -86,3 +86,6 @@ class VerificationPolicy:
     @classmethod
     def from_sampling(cls, sampling: SamplingParams) -> VerificationPolicy:
         return cls(sampling=sampling)
+
+
+NO_PROPOSAL = DraftProposal()  # the empty proposal (immutable, shared: a plain step)

@@ -35,11 +35,9 @@ class ScheduleConstants:
     # Starting a draft-model proposal at all must beat plain by this much: the draft passes are paid
     # even when nothing ends up verified, and the value estimate assumes the next tokens are as sure.
     draft_margin: float = 0.08
-    # Recent passes per batch size whose median is that size's online cost: a descheduled thread
-    # makes one pass slow, and one slow sample must not make a size look expensive for long.
-    cost_window: int = 15
-    # Online costs replace the profile for a size once it has been observed this often.
-    cost_min_observations: int = 3
+    # Recent rounds the online cost fit uses: enough to be robust (medians: a descheduled thread
+    # makes one pass slow), few enough to follow a context that grows (attention costs grow with it).
+    cost_window: int = 48
     # Weight of each round in the realized-rate estimate λ (about the last 30 rounds count).
     rate_smoothing: float = 1 / 30
     # Prior weight (pseudo-observations) of a drafter's bucket priors: a few outcomes outweigh them.
@@ -57,6 +55,9 @@ class ScheduleConstants:
     # Look this many tokens ahead when deciding whether drafting one more token can pay
     # (cost curves are not convex: T(3) - T(2) can be far below T(2) - T(1)).
     lookahead: int = 4
+    # The first verify passes of a decoder hold at most this many drafted tokens; then at most twice
+    # the longest verified so far: the costs of long passes are confirmed before they are bet on.
+    first_verify_cap: int = 2
     # How fast the counts of which bucket comes first forget (about the last 30 proposals count).
     first_bucket_decay: float = 0.97
     # Rounds between rebuilds of the cost table from the online timings: estimates move slowly,
@@ -159,8 +160,7 @@ class AdaptiveSchedule:
         self.c = c = constants
         self.profile = target_costs
         self.free_drafter = free_drafter
-        self._observed: dict[int, deque[float]] = {}  # n -> recent verify seconds
-        self._scale: deque[float] = deque(maxlen=2 * c.cost_window + 1)  # observed / profile
+        self._recent: deque[tuple[int, float]] = deque(maxlen=c.cost_window)  # (pass size, seconds)
         self._draft_window: deque[float] = deque(maxlen=c.cost_window)
         self.draft_per_token = draft_costs.cost(1) if draft_costs is not None else None
         priors = priors or {}
@@ -175,12 +175,15 @@ class AdaptiveSchedule:
         self._rate_seconds = 0.0
         self._plain_rate = 0.0
         self._min_conf: float | None = None
+        self._verify_cap = constants.first_verify_cap  # grows to twice the longest pass verified so far
+        self._start_value: float | None = None  # cached _first_token_value()
+        self._potential_cache: float | None = None
         self._first_scale = 1.0  # the first-bucket counts are stored divided by this (lazy decay)
         self._costs: list[float] = []
         self._costs_stale = True
         self._since_refresh = 0
-        self._profile_costs = ([target_costs.cost(n) for n in range(1, k_max + 2)]
-                               if target_costs is not None else None)
+        # The profile's T(n), or n itself without one (then the fit makes it linear in T(1)).
+        self._shape = [target_costs.cost(n) if target_costs is not None else float(n) for n in range(1, k_max + 2)]
         self._rounds_since_plain = 0
         self._rounds_since_draft = 0
         self._probe_interval = c.probe_interval
@@ -191,34 +194,45 @@ class AdaptiveSchedule:
         return None  # what was learned carries over to the next generation
 
     # -- costs ------------------------------------------------------------------------------
-    def verify_cost(self, n: int, scale: float | None = None) -> float | None:
+    def verify_cost(self, n: int) -> float | None:
         """Estimated seconds of a target pass over ``n`` tokens (None: nothing known yet)."""
-        window = self._observed.get(n)
-        if window is not None and len(window) >= self.c.cost_min_observations:
-            return statistics.median(window)
-        if self.profile is not None:
-            profiled = self._profile_costs[n - 1] if n <= len(self._profile_costs) else self.profile.cost(n)
-            return profiled * (self._scale_factor() if scale is None else scale)
-        one = self._observed.get(1)
-        if not one:
+        costs = self._cost_table()
+        if not costs:
             return None
-        return statistics.median(one) * n  # no profile: linear, the safe assumption
-
-    def _scale_factor(self) -> float:
-        """How much slower (or faster) passes run now than when profiled (context length, load)."""
-        return statistics.median(self._scale) if self._scale else 1.0
+        return costs[n - 1] if n <= len(costs) else costs[-1] + (costs[-1] - costs[-2]) * (n - len(costs))
 
     def _cost_table(self) -> list[float]:
-        """verify_cost(n) for n = 1 .. k_max + 1, rebuilt when a new size was seen or every few rounds."""
-        if self._costs_stale:
-            scale = self._scale_factor()
-            costs = [self.verify_cost(n, scale) for n in range(1, self.k_max + 2)]
-            self._costs = [] if costs[0] is None else [x or 0.0 for x in costs]
-            self._costs_stale = False
-            plain = 1.0 / self._costs[0] if self._costs and self._costs[0] > 0 else 0.0
-            self._plain_rate = plain
-            self._min_conf = None
-        return self._costs
+        """T(n) for n = 1 .. k_max + 1: the profile's shape fitted to recent rounds, refreshed now and then.
+
+        ``T(n) = s·P(n) + e·(n − 1)``: ``s`` is how much slower a one-token pass runs now than when
+        profiled (load, a longer context), ``e`` the extra cost per verified token the profile
+        misses (on small models attention over a longer context grows with n; our own per-token
+        work). Both are medians over the last rounds. Without a profile P(n) = n: linear costs.
+        """
+        if not self._costs_stale:
+            return self._costs
+        self._costs_stale = False
+        shape, recent = self._shape, self._recent
+        ones = [t / shape[0] for n, t in recent if n == 1]
+        if len(ones) >= 3 or (ones and self.profile is None):
+            scale = statistics.median(ones)
+        elif recent:
+            scale = statistics.median(t / shape[n - 1] for n, t in recent)
+        elif self.profile is not None:
+            scale = 1.0
+        else:
+            self._costs = []  # nothing known: the first round is a plain step that measures T(1)
+            return self._costs
+        extra = [(t - scale * shape[n - 1]) / (n - 1) for n, t in recent if n > 1]
+        per_token = statistics.median(extra) if len(extra) >= 3 else 0.0
+        costs, floor = [], 0.0
+        for i, p in enumerate(shape):
+            floor = max(floor, scale * p + per_token * i, 1e-9)  # a longer pass never costs less
+            costs.append(floor)
+        self._costs = costs
+        self._plain_rate = 1.0 / costs[0]
+        self._min_conf = self._start_value = self._potential_cache = None
+        return costs
 
     def min_confidence(self) -> float:
         """The smallest constant per-token confidence at which some run of drafted tokens pays
@@ -227,15 +241,19 @@ class AdaptiveSchedule:
         if not costs:
             return 1.0
         if self._min_conf is None:
-            lam, margin, lo, hi = self.rate(), self.c.margin, 0.0, 1.0
-            for _ in range(12):
+            lam, margin = self.rate(), self.c.margin
+            need = [lam * (cost - costs[0]) + margin for cost in costs[1:]]  # gain a run of h must beat
+            lo, hi = 0.0, 1.0
+            for _ in range(8):  # to within 0.004: plenty for a search threshold
                 c = (lo + hi) / 2
                 gain, reach, pays = 0.0, 1.0, False
-                for h in range(1, len(costs)):
+                for bar in need:
                     reach *= c
                     gain += reach
-                    if gain - lam * (costs[h] - costs[0]) > margin:
+                    if gain > bar:
                         pays = True
+                        break
+                    if reach < 1e-3:
                         break
                 lo, hi = (lo, c) if pays else (c, hi)
             self._min_conf = hi
@@ -258,13 +276,22 @@ class AdaptiveSchedule:
             return self.k_max
         # A costly drafter: draft if looking at one drafted token is worth its price on average;
         # else look now and then (intervals doubling), but only if drafting could pay at all.
-        if self._first_token_value() > self.c.draft_margin:
+        # The value is cached until the costs or what a first token looks like change.
+        if self._start_value is None:
+            self._start_value = self._first_token_value()
+        if self._start_value > self.c.draft_margin:
             self._probe_interval = self.c.probe_interval
             return self.k_max
-        if self._rounds_since_draft >= self._probe_interval and self._potential() > self.c.margin:
+        if self._rounds_since_draft >= self._probe_interval and self._potential_value() > self.c.margin:
             self._probe_interval = min(2 * self._probe_interval, self.c.max_probe_interval)
             return self.k_max
         return 0
+
+    def _potential_value(self) -> float:
+        """``_potential()``, cached like the start value."""
+        if self._potential_cache is None:
+            self._potential_cache = self._potential()
+        return self._potential_cache
 
     def _potential(self) -> float:
         """What drafting could gain per round if every drafted token were accepted (in tokens)."""
@@ -330,7 +357,10 @@ class AdaptiveSchedule:
         lam = self.rate()
         best_k, best = 0, 1.0 - lam * costs[0] + self.c.margin
         expected, reach = 1.0, 1.0
-        for j, bucket in enumerate(buckets[: min(len(tokens), len(costs) - 1)], start=1):
+        # Never much longer than what the cost fit has seen: a profile measured at a short context
+        # can be far off for a long one (small models), and one long wrong pass costs many tokens.
+        longest = min(len(tokens), len(costs) - 1, self._verify_cap)
+        for j, bucket in enumerate(buckets[:longest], start=1):
             reach *= model.confidence(bucket)
             expected += reach
             value = expected - lam * costs[j]
@@ -343,18 +373,15 @@ class AdaptiveSchedule:
     # -- learning -----------------------------------------------------------------------------------
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
                 draft_seconds: float, verify_seconds: float) -> None:
-        n = verified + 1
-        window = self._observed.get(n)
-        if window is None:
-            window = self._observed[n] = deque(maxlen=self.c.cost_window)
-            self._costs_stale = True
-        window.append(verify_seconds)
-        if self._profile_costs is not None and n <= len(self._profile_costs):
-            self._scale.append(verify_seconds / self._profile_costs[n - 1])
+        self._recent.append((verified + 1, verify_seconds))
         self._since_refresh += 1
-        if self._since_refresh >= self.c.refresh_costs_every:
+        predicted = self._costs[verified] if self._costs and verified < len(self._costs) else 0.0
+        surprise = predicted > 0 and abs(verify_seconds - predicted) > 0.5 * predicted
+        if self._since_refresh >= self.c.refresh_costs_every or not self._costs or (verified and surprise):
             self._since_refresh = 0
-            self._costs_stale = True
+            self._costs_stale = True  # refit now when a pass cost far from what the fit said
+        if verified:
+            self._verify_cap = max(self._verify_cap, 2 * verified)
         self._greedy = greedy
         weight = self.c.rate_smoothing
         self._rate_tokens += weight * (generated - self._rate_tokens)
@@ -365,6 +392,7 @@ class AdaptiveSchedule:
             self._rounds_since_draft += 1
             return
         self._rounds_since_draft = 0
+        self._start_value = self._potential_cache = None  # drafted: price and first tokens moved
         if not self.free_drafter and draft_seconds > 0:
             self._draft_window.append(draft_seconds / drafted)
             self.draft_per_token = statistics.median(self._draft_window)

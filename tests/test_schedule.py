@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 from specdec_gguf import ConfigError, DraftProposal
+from specdec_gguf.proposal import NO_PROPOSAL
 from specdec_gguf.confidence import AcceptanceModel
 from specdec_gguf.profile import CostProfile, load_cached, measure, profile_for, save
-from specdec_gguf.schedule import AdaptiveSchedule, DraftSchedule, FixedSchedule
+from specdec_gguf.schedule import AdaptiveSchedule, DraftSchedule, FixedSchedule, ScheduleConstants
 from specdec_gguf.simulation import CURVES, curve_profile, simulate, synthetic_traces
 
 TRACES = synthetic_traces()
@@ -39,7 +40,8 @@ def test_choose_maximises_expected_tokens_minus_their_cost(curve):
     costs = curve_profile(curve)
     rng = np.random.default_rng(1)
     priors = list(rng.uniform(0.05, 0.99, size=12))
-    schedule = AdaptiveSchedule(16, target_costs=costs, free_drafter=True, priors={True: priors, False: priors})
+    schedule = AdaptiveSchedule(16, target_costs=costs, free_drafter=True, priors={True: priors, False: priors},
+                                constants=ScheduleConstants(first_verify_cap=16))  # no ramp-up: the rule itself
     for _ in range(50):
         buckets = tuple(int(b) for b in rng.integers(0, 12, size=int(rng.integers(1, 17))))
         proposal = DraftProposal(tokens=tuple(range(len(buckets))), buckets=buckets)
@@ -54,9 +56,34 @@ def test_linear_costs_never_verify_an_uncertain_token():
 
 
 def test_cheap_verification_verifies_long_confident_runs():
+    """Long runs are verified once passes that long are known to cost what the profile says:
+    the first passes ramp up (2, then twice the longest seen). Fails without the ramp (16 at once)
+    or if the ramp never opens."""
     costs = curve_profile("gpu-like")
     schedule = AdaptiveSchedule(16, target_costs=costs, free_drafter=True, priors={True: [0.9], False: [0.9]})
-    assert schedule.choose(DraftProposal(tokens=(1,) * 16, buckets=(0,) * 16), True) == 16
+    proposal = DraftProposal(tokens=(1,) * 16, buckets=(0,) * 16)
+    chosen = []
+    for _ in range(5):
+        k = schedule.choose(proposal, True)
+        chosen.append(k)
+        schedule.observe(proposal, k, k, k + 1, True, 0.0, costs.cost(k + 1))
+    assert chosen == [2, 4, 8, 16, 16]
+
+
+def test_a_profile_far_off_is_corrected_online():
+    """The profile says long passes are nearly free (measured at a short context), but each verified
+    token really costs half a one-token pass: the online fit learns it, and the schedule stops
+    verifying 0.6-sure runs. Fails if online costs kept the profile's shape."""
+    flat = CostProfile({1: 1e-3, 2: 1.05e-3, 9: 1.4e-3})
+    schedule = AdaptiveSchedule(8, target_costs=flat, free_drafter=True, priors={True: [0.6], False: [0.6]},
+                                constants=ScheduleConstants(first_verify_cap=8))
+    proposal = DraftProposal(tokens=(1,) * 8, buckets=(0,) * 8)
+    assert schedule.choose(proposal, True) > 0  # what the profile alone suggests
+    for k in (1, 2, 3, 4, 5, 6):
+        schedule.observe(proposal, k, 0, 1, True, 0.0, 1e-3 * (1 + 0.5 * k))
+        schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 1e-3)
+    assert schedule.verify_cost(9) == pytest.approx(1e-3 * (1 + 0.5 * 8), rel=0.05)
+    assert schedule.choose(proposal, True) == 0
 
 
 def test_acceptance_model_counts_the_first_rejection_and_nothing_after():

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..engine import DrafterBase, SpeculativeEngine, TextModel, reusable_prefix
 from ..errors import ConfigError, VocabMismatchError
-from ..proposal import DraftProposal, VerificationPolicy
+from ..proposal import NO_PROPOSAL, DraftProposal, VerificationPolicy
 from ..schedule import DraftBudget
 from ..sampling import probs_from_logits, sample
 from ..vocab import check_compatible
@@ -98,7 +98,7 @@ class AutoregressiveDrafter(DrafterBase):
         # After k steps the cache holds view - 1 + k tokens.
         max_tokens = min(max_tokens, engine.n_ctx - view + 1)
         if max_tokens <= 0:
-            return DraftProposal()
+            return NO_PROPOSAL
         # The anchor; after a round also the correction/bonus token; after plain steps all skipped.
         feed = ctx[self._window_start + engine.n_past:]
         want_rows = not policy.greedy or self.p_min > 0.0 or budget is not None
@@ -132,7 +132,7 @@ class AutoregressiveDrafter(DrafterBase):
                 if not budget.keep_drafting(len(tokens), reach, calibrated):
                     break
         if not tokens:
-            return DraftProposal()
+            return NO_PROPOSAL
         return DraftProposal(tokens=tuple(tokens), draft_probs=np.stack(rows) if rows else None,
                              buckets=tuple(buckets) if budget is not None else None)
 

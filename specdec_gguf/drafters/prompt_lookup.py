@@ -8,7 +8,7 @@ import numpy as np
 
 from ..engine import DrafterBase
 from ..errors import ConfigError
-from ..proposal import DraftProposal, VerificationPolicy
+from ..proposal import NO_PROPOSAL, DraftProposal, VerificationPolicy
 from ..schedule import DraftBudget
 from ..settings import MAX_NGRAM
 
@@ -168,13 +168,13 @@ class PromptLookupDrafter(DrafterBase):
         if self.num_pred_tokens is not None:
             max_tokens = min(max_tokens, self.num_pred_tokens)
         if max_tokens <= 0 or not self._find(self._shortest_useful(budget)):
-            return DraftProposal()
+            return NO_PROPOSAL
         where, start = self._src  # type: ignore[misc]
         tokens = where.tokens[start:start + max_tokens]
         if where.separated and SEPARATOR in tokens:
             tokens = tokens[:tokens.index(SEPARATOR)]
         if not tokens:
-            return DraftProposal()
+            return NO_PROPOSAL
         buckets = _buckets(self._match, len(tokens), self._full, self._ambiguous) if budget is not None else None
         return DraftProposal(tokens=tuple(tokens), buckets=buckets)
 
