@@ -143,7 +143,9 @@ def overhead(model: str, args: argparse.Namespace) -> dict:
     decoder = make_decoder(engine, DrafterSettings(kind="prompt-lookup"))
     prompt = engine.tokenize(OVERHEAD_PROMPT)
     served, library = [], []
-    with Server(model, args) as server:
+    # No lookup memory on either side: the same prompt repeated would otherwise be drafted from the
+    # server's memory of the last repeat, which measures memory, not the server's overhead.
+    with Server(model, args, "--lookup-memory", "0") as server:
         # Warm-up: both sides' first passes allocate llama.cpp's compute graphs.
         server.stream("completions", {"prompt": OVERHEAD_PROMPT, "max_tokens": 8, "temperature": 0})
         list(stream_text(decoder, engine.token_to_piece, prompt, 8))
