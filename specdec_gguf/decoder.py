@@ -155,7 +155,7 @@ class SpeculativeDecoder:
                     proposal = _fit_to_target(proposal, target.n_vocab)
                 drafted = proposal
                 if proposal.tokens:
-                    chosen = schedule.choose(proposal, policy.greedy)
+                    chosen = schedule.choose(proposal, policy.greedy, room)
                     proposal = proposal.prefix(chosen) if chosen else NO_PROPOSAL
                     if len(proposal.tokens) < self.draft_min:
                         proposal = NO_PROPOSAL  # too short to pay for a verify pass (llama.cpp's --draft-min)

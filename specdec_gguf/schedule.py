@@ -58,6 +58,11 @@ class ScheduleConstants:
     # The first verify passes of a decoder hold at most this many drafted tokens; then at most twice
     # the longest verified so far: the costs of long passes are confirmed before they are bet on.
     first_verify_cap: int = 2
+    # When a pass longer than the cap looks best but the best within the cap is shorter (cost curves
+    # with a bump: T(5) far above T(3) yet T(17) cheap per token), verify up to the cap anyway, once
+    # this many rounds in a row were fully accepted: a copy that has run that long likely goes on.
+    # Fewer (2-4) bet long passes on short quotes that end soon (simulation: 0.95x plain).
+    explore_streak: int = 6
     # How fast the counts of which bucket comes first forget (about the last 30 proposals count).
     first_bucket_decay: float = 0.97
     # Rounds between rebuilds of the cost table from the online timings: estimates move slowly,
@@ -81,8 +86,9 @@ class DraftSchedule(Protocol):
         """What a drafter consults while drafting (None: draft ``next_k`` tokens)."""
         ...
 
-    def choose(self, proposal: DraftProposal, greedy: bool) -> int:
-        """How many of ``proposal``'s tokens to verify."""
+    def choose(self, proposal: DraftProposal, greedy: bool, room: int | None = None) -> int:
+        """How many of ``proposal``'s tokens to verify; ``room``: how many drafted tokens the
+        generation still has room for (None: unbounded)."""
         ...
 
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
@@ -131,7 +137,7 @@ class FixedSchedule:
     def budget(self, greedy: bool) -> DraftBudget | None:
         return None
 
-    def choose(self, proposal: DraftProposal, greedy: bool) -> int:
+    def choose(self, proposal: DraftProposal, greedy: bool, room: int | None = None) -> int:
         return len(proposal.tokens)
 
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
@@ -185,6 +191,7 @@ class AdaptiveSchedule:
         # The profile's T(n), or n itself without one (then the fit makes it linear in T(1)).
         self._shape = [target_costs.cost(n) if target_costs is not None else float(n) for n in range(1, k_max + 2)]
         self._rounds_since_plain = 0
+        self._full_streak = 0
         self._rounds_since_draft = 0
         self._probe_interval = c.probe_interval
         self._greedy = True  # the policy of the latest round (what next_k plans for)
@@ -346,7 +353,7 @@ class AdaptiveSchedule:
                 return True
         return False
 
-    def choose(self, proposal: DraftProposal, greedy: bool) -> int:
+    def choose(self, proposal: DraftProposal, greedy: bool, room: int | None = None) -> int:
         tokens = proposal.tokens
         costs = self._cost_table()
         if not tokens or not costs:
@@ -355,20 +362,36 @@ class AdaptiveSchedule:
         buckets = proposal.buckets if proposal.buckets is not None and not self._slot_buckets[greedy] \
             else range(len(tokens))
         lam = self.rate()
-        best_k, best = 0, 1.0 - lam * costs[0] + self.c.margin
+        if room is not None and room + 1 < len(costs):
+            # The last tokens of a generation can't come faster than the best pass that fits them:
+            # valuing time at the long-run rate there would refuse passes that still beat plain steps.
+            lam = min(lam, max(n / costs[n - 1] for n in range(1, room + 2)))
+        plain = 1.0 - lam * costs[0] + self.c.margin
+        best_k, best = 0, plain
+        capped_k, capped, at_cap = 0, plain, plain
+        cap = self._verify_cap
         expected, reach = 1.0, 1.0
-        # Never much longer than what the cost fit has seen: a profile measured at a short context
-        # can be far off for a long one (small models), and one long wrong pass costs many tokens.
-        longest = min(len(tokens), len(costs) - 1, self._verify_cap)
-        for j, bucket in enumerate(buckets[:longest], start=1):
+        for j, bucket in enumerate(buckets[:min(len(tokens), len(costs) - 1)], start=1):
             reach *= model.confidence(bucket)
             expected += reach
             value = expected - lam * costs[j]
-            if value > best:
+            improved = value > best
+            if improved:
                 best_k, best = j, value
-            elif reach < 0.02:
+            if j <= cap:
+                if value > capped:
+                    capped_k, capped = j, value
+                if j == cap:
+                    at_cap = value
+            if not improved and reach < 0.02:
                 break  # later tokens add less than 2% of a token each
-        return best_k
+        if best_k <= cap:
+            return best_k
+        # A longer pass looks best, but a profile measured at a short context can be far off at a long
+        # one (small models) and one long wrong pass costs many tokens: after a streak of fully
+        # accepted rounds, go as long as the cap allows (it doubles with each such pass) while that
+        # still beats a plain step; before, the best within the cap.
+        return cap if at_cap > plain and self._full_streak >= self.c.explore_streak else capped_k
 
     # -- learning -----------------------------------------------------------------------------------
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
@@ -382,6 +405,7 @@ class AdaptiveSchedule:
             self._costs_stale = True  # refit now when a pass cost far from what the fit said
         if verified:
             self._verify_cap = max(self._verify_cap, 2 * verified)
+            self._full_streak = self._full_streak + 1 if accepted == verified else 0
         self._greedy = greedy
         weight = self.c.rate_smoothing
         self._rate_tokens += weight * (generated - self._rate_tokens)

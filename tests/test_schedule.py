@@ -70,6 +70,39 @@ def test_cheap_verification_verifies_long_confident_runs():
     assert chosen == [2, 4, 8, 16, 16]
 
 
+def test_a_cost_bump_does_not_trap_the_ramp_at_short_passes():
+    """Measured on an AMD EPYC: a 5-token pass costs 3.4x a one-token pass, a 3-token one 1.9x, a
+    17-token one 6.9x. Within the first cap (4) verifying 2 is best, and doubling only what was
+    verified would stay at 2 for ever even with every token accepted. After a streak of fully
+    accepted rounds the schedule steps up to the long passes that pay. Fails without the step."""
+    costs = CostProfile({1: 1.0, 2: 1.87, 3: 1.9, 5: 3.42, 9: 4.45, 17: 6.9})
+    schedule = AdaptiveSchedule(16, target_costs=costs, free_drafter=True, priors={True: [0.9], False: [0.9]})
+    proposal = DraftProposal(tokens=(1,) * 16, buckets=(0,) * 16)
+    chosen = []
+    for _ in range(14):
+        k = schedule.choose(proposal, True)
+        chosen.append(k)
+        schedule.observe(proposal, k, k, k + 1, True, 0.0, costs.cost(k + 1))
+    streak = schedule.c.explore_streak
+    assert chosen[:streak] == [2] * streak  # the best within the first caps, until the streak
+    assert chosen[-1] == 16 and chosen[streak:streak + 3] == [4, 8, 16]
+
+
+def test_the_last_tokens_are_verified_when_that_beats_plain_steps():
+    """With 3 tokens left, a pass over 3 sure drafted tokens beats 3 plain steps however fast the
+    generation ran so far. Valued at the long-run rate (here far above what 3 tokens allow) the
+    schedule would step plainly to the end. Fails if choose() ignored the room left."""
+    costs = CostProfile({1: 1.0, 2: 1.66, 3: 1.9, 5: 3.42, 9: 4.45, 17: 7.1})
+    schedule = AdaptiveSchedule(16, target_costs=costs, free_drafter=True, priors={True: [0.99], False: [0.99]},
+                                constants=ScheduleConstants(first_verify_cap=16))
+    long_run = DraftProposal(tokens=(1,) * 16, buckets=(0,) * 16)
+    for _ in range(20):  # a copy: the realized rate climbs to ~2.4 tokens per unit of time
+        schedule.observe(long_run, 16, 16, 17, True, 0.0, costs.cost(17))
+    end = DraftProposal(tokens=(1,) * 2, buckets=(0,) * 2)
+    assert schedule.choose(end, True) == 0  # at the long-run rate: not worth it
+    assert schedule.choose(end, True, room=2) == 2  # 3 tokens in 1.9 units, not 3 in 3
+
+
 def test_a_profile_far_off_is_corrected_online():
     """The profile says long passes are nearly free (measured at a short context), but each verified
     token really costs half a one-token pass: the online fit learns it, and the schedule stops
@@ -132,7 +165,7 @@ def test_prompt_lookup_pays_where_drafting_pays():
     assert plain / adaptive > 3.0
 
     class Never(FixedSchedule):
-        def choose(self, proposal, greedy):
+        def choose(self, proposal, greedy, room=None):
             return 0
 
     assert plain / simulate(trace, "gpu-like", 256, None, schedule=Never(16)) < 1.01
