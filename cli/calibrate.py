@@ -45,11 +45,12 @@ def calibrate(
         profile.key = engine.profile_key
     finally:
         engine.close()
-    if save_profile:
+    saved = save_profile and profile.plausible
+    if saved:
         save(profile)
     if json_out:
         print(json.dumps({**profile.as_dict(), "ratios": {str(n): r for n, r in profile.ratios().items()},
-                          "saved": save_profile}))
+                          "plausible": profile.plausible, "saved": saved}))
         return
     table = Table(title=f"{model.name}: one target pass over n tokens", header_style="bold")
     for col in ("n", "seconds", "vs n=1", "per token"):
@@ -58,5 +59,7 @@ def calibrate(
         table.add_row(str(n), f"{profile.seconds[n] * 1e3:.2f} ms", f"{r:.2f}x", f"{r / n:.2f}x")
     console = Console(highlight=False)
     console.print(table)
-    console.print(f"measured in {profile.calibration_seconds:.2f} s" + ("; saved, so runs with these settings "
-                  "start knowing the curve" if save_profile else ""))
+    note = ("; saved, so runs with these settings start knowing the curve" if saved else
+            "; not saved: a longer pass measured cheaper, or far dearer per token, than a shorter one "
+            "(was the machine busy? run it again when it is idle)" if save_profile else "")
+    console.print(f"measured in {profile.calibration_seconds:.2f} s" + note)

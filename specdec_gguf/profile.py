@@ -26,6 +26,7 @@ from .errors import ConfigError
 CALIBRATION_SIZES = (1, 2, 3, 5, 9)
 CONTEXT_TOKENS = 16  # passes are timed after a short context, like an early round
 FORMAT = 1  # bump when the file layout changes
+_NOISE = 100e-6  # seconds: how far apart two timings of the same tiny pass can be on a quiet machine
 
 
 @dataclass
@@ -67,6 +68,16 @@ class CostProfile:
                 return known[lo] + (known[hi] - known[lo]) * (n - lo) / (hi - lo)
         raise AssertionError("unreachable")
 
+    @property
+    def plausible(self) -> bool:
+        """Whether the curve looks measured on a quiet machine: a pass over more tokens costs no
+        less (within 10% + 100 µs: timer noise) and at most 1.5x more per token than a smaller one.
+        A profile measured while something else ran (a compile, a test suite) is not, and
+        caching it would mislead every later run with these settings."""
+        sizes = self._sizes
+        return all(0.9 * self.seconds[lo] - _NOISE <= self.seconds[hi] <= 1.5 * self.seconds[lo] * hi / lo + _NOISE
+                   for lo, hi in zip(sizes, sizes[1:]))
+
     def ratios(self) -> dict[int, float]:
         """cost(n) / cost(1) for the measured sizes."""
         return {n: self.seconds[n] / self.seconds[1] for n in self._sizes}
@@ -84,7 +95,8 @@ class CostProfile:
 
 def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES, repeats: int = 2,
             token: int = 0) -> CostProfile:
-    """Time one pass of each size in ``sizes`` on ``engine`` (the fastest of ``repeats``).
+    """Time one pass of each size in ``sizes`` on ``engine`` (the fastest of ``repeats`` rounds, up
+    to two more while the curve is not ``plausible``).
 
     Uses and then clears the engine's cache. One pass of the largest size runs first (it sizes
     the output buffers); the first timed pass of each other size also builds llama.cpp's graph
@@ -101,7 +113,10 @@ def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES,
         engine.forward_argmax([token] * sizes[-1])  # warm-up: sizes the output buffers once
         engine.reset(base)
         best = {n: float("inf") for n in sizes}
-        for rep in range(repeats):
+        rounds = 0
+        # More rounds (two at most) while the curve is implausible: a busy moment passes.
+        while rounds < repeats or (rounds < repeats + 2 and not CostProfile(best).plausible):
+            rounds += 1
             for n in sizes:
                 t0 = time.perf_counter()
                 engine.forward_argmax([token] * n)
@@ -135,7 +150,8 @@ def load_cached(key: str) -> CostProfile | None:
         data = json.loads(_path_for(key).read_text(encoding="utf-8"))
         if data.get("format") != FORMAT or data.get("key") != key:
             return None
-        return CostProfile.from_dict(data)
+        profile = CostProfile.from_dict(data)
+        return profile if profile.plausible else None  # written by an older version under load: measure again
     except (OSError, ValueError, KeyError, TypeError, ConfigError):
         return None
 
@@ -167,6 +183,6 @@ def profile_for(engine: SpeculativeEngine | None, *, use_cache: bool = True) -> 
             return cached
     profile = measure(engine, token=max(engine.bos_token, 0))
     profile.key = key
-    if use_cache:
+    if use_cache and profile.plausible:  # an implausible one serves this run only; the next measures again
         save(profile)
     return profile

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 
 import numpy as np
 import pytest
@@ -244,6 +245,44 @@ def test_profile_for_measures_once_then_reads_the_cache(tiny_engines, tmp_path, 
     assert second is not None and second.from_cache and second.seconds == first.seconds
     assert json.loads(target.profile_key)["threads"]  # the key names what decides speed
     assert profile_for(target, use_cache=False).from_cache is False
+
+
+GEMMA_EPYC = {1: 0.0143, 2: 0.0275, 3: 0.0331, 5: 0.0472, 9: 0.0686}  # measured on a quiet machine
+UNDER_LOAD = {1: 0.445, 2: 0.327, 3: 0.343, 5: 1.325, 9: 0.703}  # the same model while a test suite ran
+
+
+def test_a_profile_measured_under_load_is_neither_cached_nor_read(tiny_engines, tmp_path, monkeypatch):
+    """A busy moment made one-token passes look dearer than 3-token ones: such a curve would
+    mislead every later run with these settings, so it serves one run and is not stored (and one
+    stored by an older version is measured again). Fails if implausible profiles were cached."""
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    assert CostProfile(GEMMA_EPYC).plausible and not CostProfile(UNDER_LOAD).plausible
+    save(CostProfile(UNDER_LOAD, key="busy"))
+    assert load_cached("busy") is None
+    target, _ = tiny_engines
+    monkeypatch.setattr("specdec_gguf.profile.measure", lambda engine, **kw: CostProfile(dict(UNDER_LOAD)))
+    used = profile_for(target)
+    assert used.seconds == UNDER_LOAD  # this run still uses what it measured
+    assert load_cached(target.profile_key) is None  # but did not store it
+
+
+def test_measuring_takes_more_rounds_while_the_curve_is_implausible(target, monkeypatch):
+    """The first round's one-token pass is slowed by something else running: measure() goes on
+    until the curve is plausible. Fails if it kept the first rounds' (implausible) minimum."""
+    slow_rounds = {"left": 2}
+    forward = type(target).forward_argmax
+
+    def timed(self, tokens):
+        if len(tokens) == 1 and slow_rounds["left"] > 0:
+            slow_rounds["left"] -= 1
+            time.sleep(0.02)  # 20 ms: far above what 9 tokens cost below
+        else:
+            time.sleep(0.001 * len(tokens))
+        return forward(self, tokens)
+
+    monkeypatch.setattr(type(target), "forward_argmax", timed)
+    profile = measure(target)
+    assert profile.plausible and profile.seconds[1] < 0.01
 
 
 def test_in_memory_engines_have_no_profile(target):
