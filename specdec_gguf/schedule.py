@@ -55,9 +55,13 @@ class ScheduleConstants:
     # Look this many tokens ahead when deciding whether drafting one more token can pay
     # (cost curves are not convex: T(3) - T(2) can be far below T(2) - T(1)).
     lookahead: int = 4
-    # The first verify passes of a decoder hold at most this many drafted tokens; then at most twice
-    # the longest verified so far: the costs of long passes are confirmed before they are bet on.
+    # The first verify passes of a decoder hold at most this many drafted tokens (or as many as the
+    # largest pass the cost profile measured); then at most twice the longest verified so far: the
+    # costs of long passes are confirmed before they are bet on. On steep curves (one thread: a
+    # 3-token pass costs 3.1 one-token passes) nothing short pays, so the profile's sizes matter.
     first_verify_cap: int = 2
+    # Whether a cost profile's measured sizes lift that first cap (False: always start at it).
+    trust_profile_sizes: bool = True
     # When a pass longer than the cap looks best but the best within the cap is shorter (cost curves
     # with a bump: T(5) far above T(3) yet T(17) cheap per token), verify up to the cap anyway, once
     # this many rounds in a row were fully accepted: a copy that has run that long likely goes on.
@@ -181,7 +185,10 @@ class AdaptiveSchedule:
         self._rate_seconds = 0.0
         self._plain_rate = 0.0
         self._min_conf: float | None = None
-        self._verify_cap = constants.first_verify_cap  # grows to twice the longest pass verified so far
+        # Grows to twice the longest pass verified so far. A profile vouches for the sizes it
+        # measured (at a short context), so a run with one may start at the largest of them.
+        self._verify_cap = max(c.first_verify_cap,
+                               max(target_costs.seconds) - 1 if target_costs is not None and c.trust_profile_sizes else 0)
         self._start_value: float | None = None  # cached _first_token_value()
         self._potential_cache: float | None = None
         self._first_scale = 1.0  # the first-bucket counts are stored divided by this (lazy decay)

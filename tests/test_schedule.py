@@ -57,18 +57,20 @@ def test_linear_costs_never_verify_an_uncertain_token():
 
 
 def test_cheap_verification_verifies_long_confident_runs():
-    """Long runs are verified once passes that long are known to cost what the profile says:
-    the first passes ramp up (2, then twice the longest seen). Fails without the ramp (16 at once)
-    or if the ramp never opens."""
-    costs = curve_profile("gpu-like")
-    schedule = AdaptiveSchedule(16, target_costs=costs, free_drafter=True, priors={True: [0.9], False: [0.9]})
+    """Long runs are verified once passes that long are known to cost what the profile says: the
+    first passes hold at most the largest size the profile measured (8 drafted tokens for the
+    sizes calibration measures), then twice the longest verified. Fails without the ramp (16 at
+    once) or if the ramp never opens."""
+    gpu = curve_profile("gpu-like")
+    costs = CostProfile({n: gpu.cost(n) for n in (1, 2, 3, 5, 9)})  # what calibration measures
     proposal = DraftProposal(tokens=(1,) * 16, buckets=(0,) * 16)
+    schedule = AdaptiveSchedule(16, target_costs=costs, free_drafter=True, priors={True: [0.9], False: [0.9]})
     chosen = []
     for _ in range(5):
         k = schedule.choose(proposal, True)
         chosen.append(k)
-        schedule.observe(proposal, k, k, k + 1, True, 0.0, costs.cost(k + 1))
-    assert chosen == [2, 4, 8, 16, 16]
+        schedule.observe(proposal, k, k, k + 1, True, 0.0, gpu.cost(k + 1))
+    assert chosen == [8, 16, 16, 16, 16]
 
 
 def test_a_cost_bump_does_not_trap_the_ramp_at_short_passes():
@@ -77,7 +79,8 @@ def test_a_cost_bump_does_not_trap_the_ramp_at_short_passes():
     verified would stay at 2 for ever even with every token accepted. After a streak of fully
     accepted rounds the schedule steps up to the long passes that pay. Fails without the step."""
     costs = CostProfile({1: 1.0, 2: 1.87, 3: 1.9, 5: 3.42, 9: 4.45, 17: 6.9})
-    schedule = AdaptiveSchedule(16, target_costs=costs, free_drafter=True, priors={True: [0.9], False: [0.9]})
+    schedule = AdaptiveSchedule(16, target_costs=costs, free_drafter=True, priors={True: [0.9], False: [0.9]},
+                                constants=ScheduleConstants(trust_profile_sizes=False))  # the cap starts at 2
     proposal = DraftProposal(tokens=(1,) * 16, buckets=(0,) * 16)
     chosen = []
     for _ in range(14):
