@@ -59,7 +59,10 @@ def calibrate(
         table.add_row(str(n), f"{profile.seconds[n] * 1e3:.2f} ms", f"{r:.2f}x", f"{r / n:.2f}x")
     console = Console(highlight=False)
     console.print(table)
-    note = ("; saved, so runs with these settings start knowing the curve" if saved else
-            "; not saved: a longer pass measured cheaper, or far dearer per token, than a shorter one "
-            "(was the machine busy? run it again when it is idle)" if save_profile else "")
+    note = ""
+    if saved:
+        note = "; saved, so runs with these settings start knowing the curve"
+    elif save_profile:
+        note = ("; not saved: a longer pass measured cheaper, or far dearer per token, than a shorter one "
+                "(was the machine busy? run it again when it is idle)")
     console.print(f"measured in {profile.calibration_seconds:.2f} s" + note)

@@ -187,8 +187,8 @@ class AdaptiveSchedule:
         self._min_conf: float | None = None
         # Grows to twice the longest pass verified so far. A profile vouches for the sizes it
         # measured (at a short context), so a run with one may start at the largest of them.
-        self._verify_cap = max(c.first_verify_cap,
-                               max(target_costs.seconds) - 1 if target_costs is not None and c.trust_profile_sizes else 0)
+        profiled = max(target_costs.seconds) - 1 if target_costs is not None and c.trust_profile_sizes else 0
+        self._verify_cap = max(c.first_verify_cap, profiled)
         self._start_value: float | None = None  # cached _first_token_value()
         self._potential_cache: float | None = None
         self._first_scale = 1.0  # the first-bucket counts are stored divided by this (lazy decay)
@@ -377,8 +377,11 @@ class AdaptiveSchedule:
         best_k, best = 0, plain
         capped_k, capped, at_cap = 0, plain, plain
         cap = self._verify_cap
+        # Past the cap only after a streak (see below): otherwise the best within it is the answer.
+        exploring = self._full_streak >= self.c.explore_streak
+        longest = min(len(tokens), len(costs) - 1) if exploring else min(len(tokens), len(costs) - 1, cap)
         expected, reach = 1.0, 1.0
-        for j, bucket in enumerate(buckets[:min(len(tokens), len(costs) - 1)], start=1):
+        for j, bucket in enumerate(buckets[:longest], start=1):
             reach *= model.confidence(bucket)
             expected += reach
             value = expected - lam * costs[j]
@@ -394,11 +397,10 @@ class AdaptiveSchedule:
                 break  # later tokens add less than 2% of a token each
         if best_k <= cap:
             return best_k
-        # A longer pass looks best, but a profile measured at a short context can be far off at a long
-        # one (small models) and one long wrong pass costs many tokens: after a streak of fully
-        # accepted rounds, go as long as the cap allows (it doubles with each such pass) while that
-        # still beats a plain step; before, the best within the cap.
-        return cap if at_cap > plain and self._full_streak >= self.c.explore_streak else capped_k
+        # (Exploring) a longer pass looks best, but a profile measured at a short context can be far
+        # off at a long one (small models) and one long wrong pass costs many tokens: go as long as
+        # the cap allows (it doubles with each such pass) while that still beats a plain step.
+        return cap if at_cap > plain else capped_k
 
     # -- learning -----------------------------------------------------------------------------------
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
