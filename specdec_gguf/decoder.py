@@ -132,6 +132,7 @@ class SpeculativeDecoder:
         target, drafter, schedule, clock = self.target, self.drafter, self.schedule, self.clock
         is_eog = (lambda token: False) if ignore_eog else target.is_eog
         policy, rng = VerificationPolicy.from_sampling(params), params.rng()
+        greedy = policy.greedy
         stats = SpecStats(prompt_tokens=len(prompt))
         context = list(prompt)  # committed tokens; the cache holds all but the last (the anchor)
         mirror = np.zeros(min(target.n_ctx, len(prompt) + max_new_tokens), dtype=np.int32)  # context as an array
@@ -149,19 +150,19 @@ class SpeculativeDecoder:
                 k = min(schedule.next_k(), room) if drafter is not None else 0
                 proposal = NO_PROPOSAL
                 if k > 0:
-                    proposal = drafter.propose(k, policy, rng, budget=schedule.budget(policy.greedy)).prefix(k)
+                    proposal = drafter.propose(k, policy, rng, budget=schedule.budget(greedy)).prefix(k)
                     if proposal.parents is not None and not proposal.is_linear:
                         raise SpecDecError("the drafter proposed a tree; this decoder verifies linear proposals only")
                     proposal = _fit_to_target(proposal, target.n_vocab)
                 drafted = proposal
                 if proposal.tokens:
-                    chosen = schedule.choose(proposal, policy.greedy, room)
+                    chosen = schedule.choose(proposal, greedy, room)
                     proposal = proposal.prefix(chosen) if chosen else NO_PROPOSAL
                     if len(proposal.tokens) < self.draft_min:
                         proposal = NO_PROPOSAL  # too short to pay for a verify pass (llama.cpp's --draft-min)
                 t_verify = clock()
-                out = target.forward_proposal(context[-1], proposal, greedy=policy.greedy)
-                if policy.greedy:
+                out = target.forward_proposal(context[-1], proposal, greedy=greedy)
+                if greedy:
                     n_acc, token = _sampling.greedy_accept(proposal.tokens, out)
                 else:
                     n_acc, token = _sampling.rejection_sample(
@@ -186,7 +187,7 @@ class SpeculativeDecoder:
                 stats.draft_seconds += t_verify - t_round
                 stats.verify_seconds += t_end - t_verify
                 stats.generation_seconds += t_end - t_round
-                schedule.observe(drafted, len(proposal.tokens), n_acc, len(new), policy.greedy,
+                schedule.observe(drafted, len(proposal.tokens), n_acc, len(new), greedy,
                                  t_verify - t_round, t_end - t_verify)
                 if stop_reason is None:
                     if len(context) - len(prompt) >= max_new_tokens:

@@ -98,9 +98,10 @@ def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES,
     """Time one pass of each size in ``sizes`` on ``engine`` (the fastest of ``repeats`` rounds, up
     to two more while the curve is not ``plausible``).
 
-    Uses and then clears the engine's cache. One pass of the largest size runs first (it sizes
-    the output buffers); the first timed pass of each other size also builds llama.cpp's graph
-    for that size, which the fastest-of rule leaves out. The schedule refines every size online.
+    Uses and then clears the engine's cache. The first round runs the largest size first (it
+    sizes the output buffers) and each size's first pass also builds llama.cpp's graph for it:
+    the fastest-of rule leaves those out, so no separate warm-up pass is spent. The schedule
+    refines every size online.
     """
     sizes = sorted(set(sizes) | {1})
     if sizes[-1] + CONTEXT_TOKENS > engine.n_ctx:
@@ -110,14 +111,12 @@ def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES,
     engine.reset(0)
     try:
         engine.advance([token] * base)
-        engine.forward_argmax([token] * sizes[-1])  # warm-up: sizes the output buffers once
-        engine.reset(base)
         best = {n: float("inf") for n in sizes}
         rounds = 0
         # More rounds (two at most) while the curve is implausible: a busy moment passes.
         while rounds < repeats or (rounds < repeats + 2 and not CostProfile(best).plausible):
             rounds += 1
-            for n in sizes:
+            for n in (reversed(sizes) if rounds == 1 else sizes):
                 t0 = time.perf_counter()
                 engine.forward_argmax([token] * n)
                 best[n] = min(best[n], time.perf_counter() - t0)

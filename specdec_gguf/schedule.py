@@ -69,9 +69,24 @@ class ScheduleConstants:
     explore_streak: int = 6
     # How fast the counts of which bucket comes first forget (about the last 30 proposals count).
     first_bucket_decay: float = 0.97
-    # Rounds between rebuilds of the cost table from the online timings: estimates move slowly,
-    # and a rebuild (medians over windows) costs more than a round of a tiny model.
+    # Rounds, and seconds of generation, between rebuilds of the cost table from the online timings
+    # (both must pass): estimates move slowly, and a rebuild with what depends on it (medians over
+    # windows, the start decision) costs 20-60 us: 10% of a tiny model's round if done every 8.
     refresh_costs_every: int = 8
+    refresh_costs_seconds: float = 0.01
+    # The realized-gain guard. Every decision above rests on estimates (a cost curve that bends as
+    # the context grows, per-round work that is 10% of a tiny model's pass, a miscalibrated draft);
+    # the guard rests on what was measured: each round that consulted the drafter is scored by the
+    # tokens it gave minus the plain steps its time would have bought. When the last
+    # ``guard_window`` such rounds (at least ``guard_min_rounds``) lost more than ``guard_tolerance``
+    # of a plain step each on average, drafting pauses for an interval that doubles from
+    # probe_interval up to ``guard_max_pause`` while it keeps losing. The tolerance lets a lookup's
+    # search (a few us) run on through open text on models where it costs nothing that matters.
+    guard_window: int = 24
+    guard_min_rounds: int = 8
+    guard_tolerance: float = 0.02
+    guard_slack: float = 2.0  # tokens: one long wrong pass is part of drafting, not a verdict
+    guard_max_pause: int = 64
 
 
 @runtime_checkable
@@ -195,12 +210,20 @@ class AdaptiveSchedule:
         self._costs: list[float] = []
         self._costs_stale = True
         self._since_refresh = 0
+        self._since_refresh_seconds = 0.0
         # The profile's T(n), or n itself without one (then the fit makes it linear in T(1)).
         self._shape = [target_costs.cost(n) if target_costs is not None else float(n) for n in range(1, k_max + 2)]
         self._rounds_since_plain = 0
         self._full_streak = 0
         self._rounds_since_draft = 0
         self._probe_interval = c.probe_interval
+        self._plain_times: deque[float] = deque(maxlen=16)  # seconds of recent rounds that verified nothing
+        self._plain_round: float | None = None  # their median, recomputed when a new one arrives
+        self._gains: deque[float] = deque(maxlen=c.guard_window)  # tokens over plain, per consulting round
+        self._verified_rounds: deque[bool] = deque(maxlen=c.guard_window)  # whether each of them verified
+        self._pause = 0  # rounds left without consulting the drafter
+        self._asked = False  # whether this round's next_k consulted the drafter
+        self._pause_interval = c.probe_interval
         self._greedy = True  # the policy of the latest round (what next_k plans for)
         self._budgets = {g: None if self._slot_buckets[g] else DraftBudget(self, self.models[g]) for g in (True, False)}
 
@@ -286,7 +309,11 @@ class AdaptiveSchedule:
             return 0  # measure a plain pass first
         if self.profile is None and self._rounds_since_plain >= self.c.plain_refresh:
             return 0  # without a profile, T(1) is only known from plain rounds: refresh it now and then
+        if self._pause:
+            self._pause -= 1
+            return 0  # drafting lost to plain steps lately (the guard): plain steps for a while
         if self.free_drafter:
+            self._asked = True
             return self.k_max
         # A costly drafter: draft if looking at one drafted token is worth its price on average;
         # else look now and then (intervals doubling), but only if drafting could pay at all.
@@ -295,9 +322,11 @@ class AdaptiveSchedule:
             self._start_value = self._first_token_value()
         if self._start_value > self.c.draft_margin:
             self._probe_interval = self.c.probe_interval
+            self._asked = True
             return self.k_max
         if self._rounds_since_draft >= self._probe_interval and self._potential_value() > self.c.margin:
             self._probe_interval = min(2 * self._probe_interval, self.c.max_probe_interval)
+            self._asked = True
             return self.k_max
         return 0
 
@@ -407,10 +436,13 @@ class AdaptiveSchedule:
                 draft_seconds: float, verify_seconds: float) -> None:
         self._recent.append((verified + 1, verify_seconds))
         self._since_refresh += 1
+        self._since_refresh_seconds += draft_seconds + verify_seconds
         predicted = self._costs[verified] if self._costs and verified < len(self._costs) else 0.0
         surprise = predicted > 0 and abs(verify_seconds - predicted) > 0.5 * predicted
-        if self._since_refresh >= self.c.refresh_costs_every or not self._costs or (verified and surprise):
-            self._since_refresh = 0
+        due = self._since_refresh >= self.c.refresh_costs_every \
+            and self._since_refresh_seconds >= self.c.refresh_costs_seconds
+        if due or not self._costs or (verified and surprise):
+            self._since_refresh, self._since_refresh_seconds = 0, 0.0
             self._costs_stale = True  # refit now when a pass cost far from what the fit said
         if verified:
             self._verify_cap = max(self._verify_cap, 2 * verified)
@@ -421,6 +453,7 @@ class AdaptiveSchedule:
         self._rate_seconds += weight * (draft_seconds + verify_seconds - self._rate_seconds)
         self._rounds_since_plain = 0 if verified == 0 else self._rounds_since_plain + 1
         drafted = len(proposal.tokens)
+        self._guard(verified, generated, draft_seconds, verify_seconds)
         if drafted == 0:
             self._rounds_since_draft += 1
             return
@@ -442,3 +475,36 @@ class AdaptiveSchedule:
                     self._first_scale = 1.0
         if verified:
             self.models[greedy].update(list(buckets[:verified]), accepted)
+
+    def _guard(self, verified: int, generated: int, draft_seconds: float, verify_seconds: float) -> None:
+        """Score a round that consulted the drafter against plain decoding, and pause drafting when
+        recent ones lost (ScheduleConstants.guard_window). A round that verified nothing took a
+        plain step plus the proposal's price: it scores minus that price, free of the step's noise."""
+        if verified == 0:
+            self._plain_times.append(verify_seconds)
+            self._plain_round = None
+        asked, self._asked = self._asked, False
+        if not asked:
+            return
+        if self._plain_round is None:
+            if not self._plain_times:
+                return  # no plain step measured yet
+            self._plain_round = statistics.median(self._plain_times)
+        if verified == 0:
+            score = -draft_seconds / self._plain_round
+        else:
+            # A pass over n tokens costs at most about n plain steps: a descheduled thread must not
+            # turn one slow round into a verdict.
+            score = generated - min((draft_seconds + verify_seconds) / self._plain_round, 2.0 * (verified + 1))
+        self._gains.append(score)
+        self._verified_rounds.append(verified > 0)
+        if len(self._gains) < self.c.guard_min_rounds:
+            return
+        # A verdict needs evidence: several verified rounds, or proposals that cost a lot by themselves.
+        loss = -sum(self._gains) - self.c.guard_tolerance * len(self._gains)
+        if loss > self.c.guard_slack and (sum(self._verified_rounds) >= self.c.guard_min_rounds
+                                          or loss > self.c.guard_slack * len(self._gains) / 8):
+            self._pause = self._pause_interval
+            self._pause_interval = min(2 * self._pause_interval, self.c.guard_max_pause)
+        else:
+            self._pause_interval = self.c.probe_interval

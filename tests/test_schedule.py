@@ -123,6 +123,68 @@ def test_a_profile_far_off_is_corrected_online():
     assert schedule.choose(proposal, True) == 0
 
 
+def _losing_rounds(schedule, rounds, accepted):
+    """Feed ``rounds`` rounds that verified 2 drafted tokens (1.5 plain steps each), ``accepted`` of them kept."""
+    proposal = DraftProposal(tokens=(1, 2), buckets=(0, 0))
+    for _ in range(rounds):
+        assert schedule.next_k() > 0  # the decoder asks, then drafts, verifies and reports
+        schedule.observe(proposal, 2, accepted, accepted + 1, True, 0.0, 1.5e-3)
+
+
+def test_the_guard_pauses_drafting_that_loses_to_plain_steps():
+    """The estimates say drafting pays (sure tokens, cheap passes), but the measured rounds each
+    gave 1 token in the time of 1.5 plain steps: drafting pauses, for intervals that double while
+    it keeps losing. Fails without the guard (next_k stays k_max)."""
+    costs = CostProfile({1: 1e-3, 2: 1.05e-3, 3: 1.1e-3})
+    schedule = AdaptiveSchedule(8, target_costs=costs, free_drafter=True, priors={True: [0.95], False: [0.95]})
+    c = schedule.c
+    schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 1e-3)  # a plain step: 1 ms
+    _losing_rounds(schedule, c.guard_min_rounds - 1, 0)
+    assert schedule.next_k() == 8  # too few rounds for a verdict
+    _losing_rounds(schedule, 1, 0)
+    pauses = [schedule.next_k() for _ in range(c.probe_interval)]
+    assert pauses == [0] * c.probe_interval
+    _losing_rounds(schedule, 1, 0)  # a probe that lost again: twice as long a pause
+    assert [schedule.next_k() for _ in range(2 * c.probe_interval)] == [0] * (2 * c.probe_interval)
+    assert schedule.next_k() == 8
+
+
+def test_the_guard_leaves_winning_drafts_alone():
+    """Negative control: the same rounds, each keeping both drafted tokens (3 tokens in 1.5 steps)."""
+    costs = CostProfile({1: 1e-3, 2: 1.05e-3, 3: 1.1e-3})
+    schedule = AdaptiveSchedule(8, target_costs=costs, free_drafter=True, priors={True: [0.95], False: [0.95]})
+    schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 1e-3)
+    _losing_rounds(schedule, 3 * schedule.c.guard_window, 2)
+    assert schedule.next_k() == 8
+
+
+def test_a_drafter_that_costs_more_than_it_claims_stops_being_asked():
+    """Prompt lookup whose searches took twice a target pass (the schedule prices a free drafter at
+    nothing, so only measured rounds can tell): the guard keeps the run near plain speed on copy
+    traces where such lookups lose. Fails without the guard (about 0.6x plain)."""
+    from specdec_gguf.decoder import SpeculativeDecoder
+    from specdec_gguf.drafters import PromptLookupDrafter
+    from specdec_gguf.engines.simulated import TraceEngine, VirtualClock
+
+    class SlowLookup(PromptLookupDrafter):
+        def propose(self, max_tokens, policy=None, rng=None, budget=None):
+            clock.advance(2 * costs.cost(1))
+            return super().propose(max_tokens, policy, rng, budget)
+
+    costs = curve_profile("linear")
+    for trace in TRACES[:3]:
+        runs = []
+        for adaptive in (False, True):
+            clock = VirtualClock()
+            target = TraceEngine(trace.prompt + trace.output, trace.n_vocab, costs, clock)
+            drafter = SlowLookup() if adaptive else None
+            schedule = AdaptiveSchedule(32, target_costs=costs, free_drafter=True,
+                                        priors={g: SlowLookup().acceptance_priors(g) for g in (True, False)})
+            decoder = SpeculativeDecoder(target, drafter, schedule=schedule if adaptive else None, clock=clock)
+            runs.append(decoder.generate(trace.prompt, 256, ignore_eog=True).stats.generation_seconds)
+        assert runs[0] / runs[1] >= 0.9, (trace.id, runs[0] / runs[1])
+
+
 def test_acceptance_model_counts_the_first_rejection_and_nothing_after():
     model = AcceptanceModel([0.5, 0.5, 0.5], strength=2.0)
     model.update([0, 1, 2], accepted=1)  # bucket 0 accepted, bucket 1 rejected, bucket 2 never decided
