@@ -398,17 +398,23 @@ class AdaptiveSchedule:
         buckets = proposal.buckets if proposal.buckets is not None and not self._slot_buckets[greedy] \
             else range(len(tokens))
         lam = self.rate()
-        if room is not None and room + 1 < len(costs):
-            # The last tokens of a generation can't come faster than the best pass that fits them:
-            # valuing time at the long-run rate there would refuse passes that still beat plain steps.
-            lam = min(lam, max(n / costs[n - 1] for n in range(1, room + 2)))
-        plain = 1.0 - lam * costs[0] + self.c.margin
-        best_k, best = 0, plain
-        capped_k, capped, at_cap = 0, plain, plain
         cap = self._verify_cap
         # Past the cap only after a streak (see below): otherwise the best within it is the answer.
         exploring = self._full_streak >= self.c.explore_streak
         longest = min(len(tokens), len(costs) - 1) if exploring else min(len(tokens), len(costs) - 1, cap)
+        if room is not None and room + 1 < len(costs):
+            # The last tokens of a generation come no faster than the best pass over them that this
+            # proposal offers (its expected tokens per second): valuing time at the long-run rate
+            # there (say, of a copy that has ended) would refuse passes that still beat plain steps.
+            offer, expected, reach = 1.0 / costs[0], 1.0, 1.0
+            for j, bucket in enumerate(buckets[:min(longest, room)], start=1):
+                reach *= model.confidence(bucket)
+                expected += reach
+                offer = max(offer, expected / costs[j])
+            lam = min(lam, offer)
+        plain = 1.0 - lam * costs[0] + self.c.margin
+        best_k, best = 0, plain
+        capped_k, capped, at_cap = 0, plain, plain
         expected, reach = 1.0, 1.0
         for j, bucket in enumerate(buckets[:longest], start=1):
             reach *= model.confidence(bucket)

@@ -107,6 +107,25 @@ def test_the_last_tokens_are_verified_when_that_beats_plain_steps():
     assert schedule.choose(end, True, room=2) == 2  # 3 tokens in 1.9 units, not 3 in 3
 
 
+def test_the_last_tokens_are_valued_at_what_this_proposal_offers():
+    """After a fast copy (realized rate 1.6 plain steps' worth), 13 tokens are left and the next 13
+    drafted ones are each 91% sure: verifying them gives ~1.35 tokens per plain step's time, plain
+    steps give 1. Valued at the copy's rate the schedule stepped plainly to the end (a recorded
+    Gemma config edit: 0.70x the best fixed k at 64 tokens). Fails without the offer cap."""
+    costs = curve_profile("gemma-epyc")
+    priors = [0.99, 0.91]  # bucket 0: the copy; bucket 1: what follows it
+    schedule = AdaptiveSchedule(32, target_costs=costs, free_drafter=True, priors={True: priors, False: priors},
+                                constants=ScheduleConstants(first_verify_cap=32))
+    copy = DraftProposal(tokens=(1,) * 8, buckets=(0,) * 8)
+    for _ in range(40):
+        schedule.observe(copy, 8, 8, 9, True, 0.0, costs.cost(9) * 1.3)
+        schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, costs.cost(1))
+    assert schedule.rate() * schedule.verify_cost(1) > 1.4
+    tail = DraftProposal(tokens=(1,) * 13, buckets=(1,) * 13)
+    assert schedule.choose(tail, True) == 0  # mid-generation: the copy's rate may come back
+    assert schedule.choose(tail, True, room=13) > 0
+
+
 def test_a_profile_far_off_is_corrected_online():
     """The profile says long passes are nearly free (measured at a short context), but each verified
     token really costs half a one-token pass: the online fit learns it, and the schedule stops
