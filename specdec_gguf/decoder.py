@@ -156,7 +156,7 @@ class SpeculativeDecoder:
                     proposal = _fit_to_target(proposal, target.n_vocab)
                 drafted = proposal
                 if proposal.tokens:
-                    chosen = schedule.choose(proposal, greedy, room)
+                    chosen = schedule.choose(proposal, greedy)
                     proposal = proposal.prefix(chosen) if chosen else NO_PROPOSAL
                     if len(proposal.tokens) < self.draft_min:
                         proposal = NO_PROPOSAL  # too short to pay for a verify pass (llama.cpp's --draft-min)

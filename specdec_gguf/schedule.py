@@ -105,9 +105,9 @@ class DraftSchedule(Protocol):
         """What a drafter consults while drafting (None: draft ``next_k`` tokens)."""
         ...
 
-    def choose(self, proposal: DraftProposal, greedy: bool, room: int | None = None) -> int:
-        """How many of ``proposal``'s tokens to verify; ``room``: how many drafted tokens the
-        generation still has room for (None: unbounded)."""
+    def choose(self, proposal: DraftProposal, greedy: bool) -> int:
+        """How many of ``proposal``'s tokens to verify (the decoder asked for no more than the
+        generation has room for)."""
         ...
 
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
@@ -156,7 +156,7 @@ class FixedSchedule:
     def budget(self, greedy: bool) -> DraftBudget | None:
         return None
 
-    def choose(self, proposal: DraftProposal, greedy: bool, room: int | None = None) -> int:
+    def choose(self, proposal: DraftProposal, greedy: bool) -> int:
         return len(proposal.tokens)
 
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
@@ -389,7 +389,7 @@ class AdaptiveSchedule:
                 return True
         return False
 
-    def choose(self, proposal: DraftProposal, greedy: bool, room: int | None = None) -> int:
+    def choose(self, proposal: DraftProposal, greedy: bool) -> int:
         tokens = proposal.tokens
         costs = self._cost_table()
         if not tokens or not costs:
@@ -402,16 +402,16 @@ class AdaptiveSchedule:
         # Past the cap only after a streak (see below): otherwise the best within it is the answer.
         exploring = self._full_streak >= self.c.explore_streak
         longest = min(len(tokens), len(costs) - 1) if exploring else min(len(tokens), len(costs) - 1, cap)
-        if room is not None and room + 1 < len(costs):
-            # The last tokens of a generation come no faster than the best pass over them that this
-            # proposal offers (its expected tokens per second): valuing time at the long-run rate
-            # there (say, of a copy that has ended) would refuse passes that still beat plain steps.
-            offer, expected, reach = 1.0 / costs[0], 1.0, 1.0
-            for j, bucket in enumerate(buckets[:min(longest, room)], start=1):
-                reach *= model.confidence(bucket)
-                expected += reach
-                offer = max(offer, expected / costs[j])
-            lam = min(lam, offer)
+        # Time is worth no more than the best this proposal offers (its expected tokens per second):
+        # declining teaches nothing, so the same copy would be declined again while the rate of one
+        # that ended decays; at the end of a generation (proposals are cut to the room left) no
+        # later round can use the time saved.
+        offer, expected, reach = 1.0 / costs[0], 1.0, 1.0
+        for j, bucket in enumerate(buckets[:longest], start=1):
+            reach *= model.confidence(bucket)
+            expected += reach
+            offer = max(offer, expected / costs[j])
+        lam = min(lam, offer)
         plain = 1.0 - lam * costs[0] + self.c.margin
         best_k, best = 0, plain
         capped_k, capped, at_cap = 0, plain, plain
