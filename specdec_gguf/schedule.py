@@ -218,7 +218,8 @@ class AdaptiveSchedule:
         self._rounds_since_draft = 0
         self._probe_interval = c.probe_interval
         self._plain_times: deque[float] = deque(maxlen=16)  # seconds of recent rounds that verified nothing
-        self._plain_round: float | None = None  # their median, recomputed when a new one arrives
+        self._plain_round: float | None = None  # their median, recomputed after every 8 new ones
+        self._plain_new = 0  # plain rounds since the median was computed
         self._gains: deque[float] = deque(maxlen=c.guard_window)  # tokens over plain, per consulting round
         self._verified_rounds: deque[bool] = deque(maxlen=c.guard_window)  # whether each of them verified
         self._pause = 0  # rounds left without consulting the drafter
@@ -488,14 +489,16 @@ class AdaptiveSchedule:
         plain step plus the proposal's price: it scores minus that price, free of the step's noise."""
         if verified == 0:
             self._plain_times.append(verify_seconds)
-            self._plain_round = None
+            self._plain_new += 1
+            if self._plain_new >= 8 or len(self._plain_times) < 8:
+                self._plain_round = None  # a median of 16 is 2-3 us: not every round of a tiny model
         asked, self._asked = self._asked, False
         if not asked:
             return
         if self._plain_round is None:
             if not self._plain_times:
                 return  # no plain step measured yet
-            self._plain_round = statistics.median(self._plain_times)
+            self._plain_round, self._plain_new = statistics.median(self._plain_times), 0
         if verified == 0:
             score = -draft_seconds / self._plain_round
         else:
