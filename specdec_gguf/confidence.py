@@ -46,6 +46,8 @@ class AcceptanceModel:
         self._logit = np.log(prior / (1 - prior))
         self._hits = np.zeros(len(prior))
         self._total = np.zeros(len(prior))
+        self._unverified_hits = np.zeros(len(prior))  # outcomes seen without verifying (calibration only)
+        self._unverified_total = np.zeros(len(prior))
         self._pooled = prior.copy()
         self._mean = prior.tolist()
         self.calibration = (0.0, 1.0)  # (a, s): pooled prior = σ(a + s·logit(prior))
@@ -75,11 +77,25 @@ class AcceptanceModel:
         if self._since_fit >= _REFIT_EVERY:
             self._refit()
 
+    def update_calibration(self, bucket: int, accepted: bool) -> None:
+        """An outcome seen without verifying (a declined greedy proposal's first token against the
+        token the plain step produced): it moves the pooled calibration, not the bucket's own count."""
+        if self._unverified_total[bucket] >= self.recency:
+            scale = (self.recency - 1.0) / self._unverified_total[bucket]
+            self._unverified_hits[bucket] *= scale
+            self._unverified_total[bucket] *= scale
+        self._unverified_hits[bucket] += 1.0 if accepted else 0.0
+        self._unverified_total[bucket] += 1.0
+        self._since_fit += 1
+        if self._since_fit >= _REFIT_EVERY:
+            self._refit()
+
     def _refit(self) -> None:
         """Fit (a, s) by a few Newton steps on all buckets' counts, with a Gaussian prior at (0, 1)."""
         self._since_fit = 0
-        seen = self._total > 0
-        x, y, n = self._logit[seen], self._hits[seen], self._total[seen]
+        hits, total = self._hits + self._unverified_hits, self._total + self._unverified_total
+        seen = total > 0
+        x, y, n = self._logit[seen], hits[seen], total[seen]
         a, s = self.calibration
         prior_var = np.array([1.0, 0.25])  # how far the data may move a and s
         for _ in range(4):

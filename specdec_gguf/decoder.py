@@ -187,8 +187,12 @@ class SpeculativeDecoder:
                 stats.draft_seconds += t_verify - t_round
                 stats.verify_seconds += t_end - t_verify
                 stats.generation_seconds += t_end - t_round
+                # A declined greedy proposal still shows whether its first token was right: the plain
+                # step just produced the target's own token there.
+                first_matched = drafted.tokens[0] == token if greedy and drafted.tokens and not proposal.tokens \
+                    else None
                 schedule.observe(drafted, len(proposal.tokens), n_acc, len(new), greedy,
-                                 t_verify - t_round, t_end - t_verify)
+                                 t_verify - t_round, t_end - t_verify, first_matched=first_matched)
                 if stop_reason is None:
                     if len(context) - len(prompt) >= max_new_tokens:
                         stop_reason = "length"

@@ -111,9 +111,11 @@ class DraftSchedule(Protocol):
         ...
 
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
-                draft_seconds: float, verify_seconds: float) -> None:
+                draft_seconds: float, verify_seconds: float, first_matched: bool | None = None) -> None:
         """The round's proposal, how many of its tokens were verified and accepted, how many tokens
-        it generated, and what drafting and verifying cost."""
+        it generated, and what drafting and verifying cost. ``first_matched``: for a greedy proposal
+        none of whose tokens was verified, whether its first token is the one the plain step
+        produced (None otherwise)."""
         ...
 
 
@@ -160,7 +162,7 @@ class FixedSchedule:
         return len(proposal.tokens)
 
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
-                draft_seconds: float, verify_seconds: float) -> None:
+                draft_seconds: float, verify_seconds: float, first_matched: bool | None = None) -> None:
         return None
 
 
@@ -440,7 +442,7 @@ class AdaptiveSchedule:
 
     # -- learning -----------------------------------------------------------------------------------
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
-                draft_seconds: float, verify_seconds: float) -> None:
+                draft_seconds: float, verify_seconds: float, first_matched: bool | None = None) -> None:
         self._recent.append((verified + 1, verify_seconds))
         self._since_refresh += 1
         self._since_refresh_seconds += draft_seconds + verify_seconds
@@ -482,6 +484,11 @@ class AdaptiveSchedule:
                     self._first_scale = 1.0
         if verified:
             self.models[greedy].update(list(buckets[:verified]), accepted)
+        elif first_matched is not None:
+            # Free evidence, for the calibration only: a draft whose buckets say "don't verify" (a
+            # random-weight draft is right 80% of the time at 0.05-0.3 probability) is otherwise
+            # never verified, so never learns it could be.
+            self.models[greedy].update_calibration(buckets[0], first_matched)
 
     def _guard(self, verified: int, generated: int, draft_seconds: float, verify_seconds: float) -> None:
         """Score a round that consulted the drafter against plain decoding, and pause drafting when

@@ -220,6 +220,71 @@ def test_acceptance_model_follows_a_drift():
     assert model.confidence(0) < 0.2  # old successes fade: a copy that ended is noticed
 
 
+def test_unverified_outcomes_move_the_calibration_not_the_bucket_counts():
+    model = AcceptanceModel([0.15, 0.3], strength=3.0)
+    for _ in range(40):
+        model.update_calibration(0, True)
+    assert model.observations == [0, 0]  # no bucket saw a verified token
+    assert model.calibration[0] > 1.0  # but the pooled calibration moved up, for every bucket
+    assert model.confidence(0) > 0.5 and model.confidence(1) > 0.6
+
+
+def test_a_draft_whose_buckets_say_never_verify_learns_from_declined_proposals():
+    """A draft right 90% of the time at a low probability of its own (a random-weight draft): its
+    bucket prior (0.15) never lets a token be verified, so verifying would never teach otherwise.
+    The plain steps after declined greedy proposals show the first tokens were right: the
+    schedule starts verifying. Fails without that evidence (first_matched=None)."""
+    costs = curve_profile("gpu-like")
+    proposal = DraftProposal(tokens=(1, 2, 3), buckets=(0, 0, 0))
+    chosen = {}
+    for evidence in (None, True):
+        schedule = AdaptiveSchedule(8, target_costs=costs, free_drafter=True, priors={True: [0.15], False: [0.15]},
+                                    constants=ScheduleConstants(margin=0.3))
+        assert schedule.choose(proposal, True) == 0
+        for i in range(60):
+            matched = None if evidence is None else i % 10 != 0
+            schedule.observe(proposal, 0, 0, 1, True, 0.0, costs.cost(1), first_matched=matched)
+        chosen[evidence] = schedule.choose(proposal, True)
+    assert chosen[None] == 0 and chosen[True] > 0
+
+
+def test_the_decoder_reports_whether_a_declined_proposals_first_token_was_right():
+    """first_matched is the plain step's token == the first drafted token, for declined greedy
+    proposals only; None where tokens were verified or nothing was proposed."""
+    from specdec_gguf.decoder import SpeculativeDecoder
+    from specdec_gguf.drafters import PromptLookupDrafter
+    from specdec_gguf.engines.simulated import TraceEngine, VirtualClock
+
+    class Declining(FixedSchedule):
+        def __init__(self):
+            super().__init__(4)
+            self.seen = []
+
+        def choose(self, proposal, greedy):
+            return 0 if len(self.seen) % 2 == 0 else len(proposal.tokens)
+
+        def observe(self, proposal, verified, accepted, generated, greedy, draft_seconds, verify_seconds,
+                    first_matched=None):
+            self.seen.append((proposal.tokens[:1], verified, generated, first_matched))
+
+    trace = TRACES[0]
+    clock = VirtualClock()
+    target = TraceEngine(trace.prompt + trace.output, trace.n_vocab, curve_profile("linear"), clock)
+    schedule = Declining()
+    out = SpeculativeDecoder(target, PromptLookupDrafter(), schedule=schedule, clock=clock).generate(
+        trace.prompt, 120, ignore_eog=True).tokens
+    position = 0
+    matches = set()
+    for first, verified, generated, first_matched in schedule.seen:
+        if not first or verified:
+            assert first_matched is None
+        else:
+            assert first_matched == (first[0] == out[position])
+            matches.add(first_matched)
+        position += generated
+    assert matches == {True, False}  # both outcomes occurred on this trace
+
+
 @pytest.mark.parametrize("n", [64, 256])
 @pytest.mark.parametrize("curve", sorted(CURVES))
 def test_prompt_lookup_never_loses_to_plain_decoding(curve, n):
