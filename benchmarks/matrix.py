@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec_gguf.benchmark import Strategy, geomean, run_peer_trials, run_trials, summarize  # noqa: E402
+from specdec_gguf.errors import EngineError  # noqa: E402
 from specdec_gguf.factory import open_engine  # noqa: E402
 from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
 from specdec_gguf.settings import DrafterSettings, EngineSettings  # noqa: E402
@@ -57,9 +58,14 @@ def run_case(name: str, target_path: Path, draft_path: Path | None, kind: str, p
             if e is not None:
                 e.close()
     texts = dict(prompts)
-    for peer in peers:
-        trials += run_peer_trials(peer.name, lambda pid, toks, p=peer: p.run(texts[pid], n).throughput,
-                                  tokenized, repeats)
+    for peer in list(peers):
+        try:
+            trials += run_peer_trials(peer.name, lambda pid, toks, p=peer: p.run(texts[pid], n).throughput,
+                                      tokenized, repeats)
+        except EngineError as err:  # a peer that fails on one case must not cost the whole matrix
+            print(f"  ({name}, n={n}, t={threads}: {peer.name} left out: {err})", flush=True)
+            peers.remove(peer)
+            continue
         strats.append(Strategy(peer.name, DrafterSettings(kind=kind), peer=True))  # type: ignore[arg-type]
     reports = {r.name: r for r in summarize(trials, strats)}
     adaptive = reports[strats[len(ks) + 1].name]

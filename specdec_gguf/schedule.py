@@ -21,6 +21,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 from .confidence import AcceptanceModel
 from .errors import ConfigError
+from .guard import GainGuard
 from .profile import CostProfile
 from .proposal import DraftProposal
 
@@ -219,14 +220,8 @@ class AdaptiveSchedule:
         self._full_streak = 0
         self._rounds_since_draft = 0
         self._probe_interval = c.probe_interval
-        self._plain_times: deque[float] = deque(maxlen=16)  # seconds of recent rounds that verified nothing
-        self._plain_round: float | None = None  # their median, recomputed after every 8 new ones
-        self._plain_new = 0  # plain rounds since the median was computed
-        self._gains: deque[float] = deque(maxlen=c.guard_window)  # tokens over plain, per consulting round
-        self._verified_rounds: deque[bool] = deque(maxlen=c.guard_window)  # whether each of them verified
-        self._pause = 0  # rounds left without consulting the drafter
-        self._asked = False  # whether this round's next_k consulted the drafter
-        self._pause_interval = c.probe_interval
+        self.guard = GainGuard(window=c.guard_window, min_rounds=c.guard_min_rounds, tolerance=c.guard_tolerance,
+                               slack=c.guard_slack, first_pause=c.probe_interval, max_pause=c.guard_max_pause)
         self._greedy = True  # the policy of the latest round (what next_k plans for)
         self._budgets = {g: None if self._slot_buckets[g] else DraftBudget(self, self.models[g]) for g in (True, False)}
 
@@ -312,11 +307,10 @@ class AdaptiveSchedule:
             return 0  # measure a plain pass first
         if self.profile is None and self._rounds_since_plain >= self.c.plain_refresh:
             return 0  # without a profile, T(1) is only known from plain rounds: refresh it now and then
-        if self._pause:
-            self._pause -= 1
-            return 0  # drafting lost to plain steps lately (the guard): plain steps for a while
+        if self.guard.paused():
+            return 0  # drafting lost to plain steps lately: plain steps for a while
         if self.free_drafter:
-            self._asked = True
+            self.guard.asked()
             return self.k_max
         # A costly drafter: draft if looking at one drafted token is worth its price on average;
         # else look now and then (intervals doubling), but only if drafting could pay at all.
@@ -325,11 +319,11 @@ class AdaptiveSchedule:
             self._start_value = self._first_token_value()
         if self._start_value > self.c.draft_margin:
             self._probe_interval = self.c.probe_interval
-            self._asked = True
+            self.guard.asked()
             return self.k_max
         if self._rounds_since_draft >= self._probe_interval and self._potential_value() > self.c.margin:
             self._probe_interval = min(2 * self._probe_interval, self.c.max_probe_interval)
-            self._asked = True
+            self.guard.asked()
             return self.k_max
         return 0
 
@@ -462,7 +456,7 @@ class AdaptiveSchedule:
         self._rate_seconds += weight * (draft_seconds + verify_seconds - self._rate_seconds)
         self._rounds_since_plain = 0 if verified == 0 else self._rounds_since_plain + 1
         drafted = len(proposal.tokens)
-        self._guard(verified, generated, draft_seconds, verify_seconds)
+        self.guard.record(verified, generated, draft_seconds, verify_seconds)
         if drafted == 0:
             self._rounds_since_draft += 1
             return
@@ -484,43 +478,10 @@ class AdaptiveSchedule:
                     self._first_scale = 1.0
         if verified:
             self.models[greedy].update(list(buckets[:verified]), accepted)
-        elif first_matched is not None:
-            # Free evidence, for the calibration only: a draft whose buckets say "don't verify" (a
-            # random-weight draft is right 80% of the time at 0.05-0.3 probability) is otherwise
-            # never verified, so never learns it could be.
+        elif first_matched is not None and not self.free_drafter:
+            # Free evidence, for a draft model's calibration only: a draft whose buckets say "don't
+            # verify" (a random-weight draft is right 80% of the time at 0.05-0.3 probability) is
+            # otherwise never verified, so never learns it could be. Prompt lookup's buckets need no
+            # rescue, and its declined short matches (mostly wrong) dragged its long ones down with
+            # them: Gemma at 1 thread fell from 1.2x to 1.0x plain.
             self.models[greedy].update_calibration(buckets[0], first_matched)
-
-    def _guard(self, verified: int, generated: int, draft_seconds: float, verify_seconds: float) -> None:
-        """Score a round that consulted the drafter against plain decoding, and pause drafting when
-        recent ones lost (ScheduleConstants.guard_window). A round that verified nothing took a
-        plain step plus the proposal's price: it scores minus that price, free of the step's noise."""
-        if verified == 0:
-            self._plain_times.append(verify_seconds)
-            self._plain_new += 1
-            if self._plain_new >= 8 or len(self._plain_times) < 8:
-                self._plain_round = None  # a median of 16 is 2-3 us: not every round of a tiny model
-        asked, self._asked = self._asked, False
-        if not asked:
-            return
-        if self._plain_round is None:
-            if not self._plain_times:
-                return  # no plain step measured yet
-            self._plain_round, self._plain_new = statistics.median(self._plain_times), 0
-        if verified == 0:
-            score = -draft_seconds / self._plain_round
-        else:
-            # A pass over n tokens costs at most about n plain steps: a descheduled thread must not
-            # turn one slow round into a verdict.
-            score = generated - min((draft_seconds + verify_seconds) / self._plain_round, 2.0 * (verified + 1))
-        self._gains.append(score)
-        self._verified_rounds.append(verified > 0)
-        if len(self._gains) < self.c.guard_min_rounds:
-            return
-        # A verdict needs evidence: several verified rounds, or proposals that cost a lot by themselves.
-        loss = -sum(self._gains) - self.c.guard_tolerance * len(self._gains)
-        if loss > self.c.guard_slack and (sum(self._verified_rounds) >= self.c.guard_min_rounds
-                                          or loss > self.c.guard_slack * len(self._gains) / 8):
-            self._pause = self._pause_interval
-            self._pause_interval = min(2 * self._pause_interval, self.c.guard_max_pause)
-        else:
-            self._pause_interval = self.c.probe_interval

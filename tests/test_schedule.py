@@ -235,17 +235,22 @@ def test_a_draft_whose_buckets_say_never_verify_learns_from_declined_proposals()
     The plain steps after declined greedy proposals show the first tokens were right: the
     schedule starts verifying. Fails without that evidence (first_matched=None)."""
     costs = curve_profile("gpu-like")
+    draft_costs = CostProfile({1: 0.05 * costs.cost(1)})
     proposal = DraftProposal(tokens=(1, 2, 3), buckets=(0, 0, 0))
     chosen = {}
-    for evidence in (None, True):
-        schedule = AdaptiveSchedule(8, target_costs=costs, free_drafter=True, priors={True: [0.15], False: [0.15]},
+    for evidence, free in ((None, False), (True, False), (True, True)):
+        schedule = AdaptiveSchedule(8, target_costs=costs, draft_costs=None if free else draft_costs,
+                                    free_drafter=free, priors={True: [0.15], False: [0.15]},
                                     constants=ScheduleConstants(margin=0.3))
         assert schedule.choose(proposal, True) == 0
         for i in range(60):
             matched = None if evidence is None else i % 10 != 0
-            schedule.observe(proposal, 0, 0, 1, True, 0.0, costs.cost(1), first_matched=matched)
-        chosen[evidence] = schedule.choose(proposal, True)
-    assert chosen[None] == 0 and chosen[True] > 0
+            schedule.observe(proposal, 0, 0, 1, True, 0.05 * costs.cost(1) * 3, costs.cost(1),
+                             first_matched=matched)
+        chosen[evidence, free] = schedule.choose(proposal, True)
+    assert chosen[None, False] == 0 and chosen[True, False] > 0
+    # Prompt lookup's buckets are not rescued this way (its declined short matches are mostly wrong).
+    assert chosen[True, True] == 0
 
 
 def test_the_decoder_reports_whether_a_declined_proposals_first_token_was_right():

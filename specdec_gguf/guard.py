@@ -1,0 +1,81 @@
+"""GainGuard: pause drafting whose measured rounds lose to plain steps.
+
+Every decision of the adaptive schedule rests on estimates: a cost curve that bends as the
+context grows, per-round work that is a tenth of a tiny model's pass, a miscalibrated
+draft. The guard rests on what was measured. Each round that consulted the drafter is
+scored by the tokens it gave minus the plain steps its time would have bought; when recent
+rounds lost, drafting pauses for an interval that doubles while it keeps losing.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+
+
+class GainGuard:
+    """The realized-gain guard of :class:`~specdec_gguf.schedule.AdaptiveSchedule`.
+
+    A plain step's price is the median verify time of recent rounds that verified nothing.
+    When the last ``window`` scored rounds (at least ``min_rounds``) lost more than
+    ``tolerance`` of a plain step each on average, beyond ``slack`` tokens in all, and with
+    evidence (``min_rounds`` verified rounds among them, or proposals costly by
+    themselves), drafting pauses for ``first_pause`` rounds, doubling up to ``max_pause``.
+    """
+
+    def __init__(self, *, window: int, min_rounds: int, tolerance: float, slack: float, first_pause: int,
+                 max_pause: int) -> None:
+        self.min_rounds, self.tolerance, self.slack = min_rounds, tolerance, slack
+        self.first_pause, self.max_pause = first_pause, max_pause
+        self._plain_times: deque[float] = deque(maxlen=16)  # seconds of recent rounds that verified nothing
+        self._plain_round: float | None = None  # their median, recomputed after every 8 new ones
+        self._plain_new = 0  # plain rounds since the median was computed
+        self._gains: deque[float] = deque(maxlen=window)  # tokens over plain, per scored round
+        self._verified: deque[bool] = deque(maxlen=window)  # whether each of them verified
+        self._pause = 0  # rounds left without consulting the drafter
+        self._interval = first_pause
+        self._asked = False  # whether this round consulted the drafter
+
+    def paused(self) -> bool:
+        """Whether this round must be a plain step (counts the pause down)."""
+        if self._pause:
+            self._pause -= 1
+            return True
+        return False
+
+    def asked(self) -> None:
+        """This round consults the drafter: score it when it is recorded."""
+        self._asked = True
+
+    def record(self, verified: int, generated: int, draft_seconds: float, verify_seconds: float) -> None:
+        """A finished round. One that verified nothing took a plain step plus the proposal's price:
+        it scores minus that price, free of the step's noise."""
+        if verified == 0:
+            self._plain_times.append(verify_seconds)
+            self._plain_new += 1
+            if self._plain_new >= 8 or len(self._plain_times) < 8:
+                self._plain_round = None  # a median of 16 is 2-3 us: not every round of a tiny model
+        asked, self._asked = self._asked, False
+        if not asked:
+            return
+        if self._plain_round is None:
+            if not self._plain_times:
+                return  # no plain step measured yet
+            self._plain_round, self._plain_new = statistics.median(self._plain_times), 0
+        if verified == 0:
+            score = -draft_seconds / self._plain_round
+        else:
+            # A pass over n tokens costs at most about n plain steps: a descheduled thread must not
+            # turn one slow round into a verdict.
+            score = generated - min((draft_seconds + verify_seconds) / self._plain_round, 2.0 * (verified + 1))
+        self._gains.append(score)
+        self._verified.append(verified > 0)
+        if len(self._gains) < self.min_rounds:
+            return
+        # A verdict needs evidence: several verified rounds, or proposals that cost a lot by themselves.
+        loss = -sum(self._gains) - self.tolerance * len(self._gains)
+        if loss > self.slack and (sum(self._verified) >= self.min_rounds or loss > self.slack * len(self._gains) / 8):
+            self._pause = self._interval
+            self._interval = min(2 * self._interval, self.max_pause)
+        else:
+            self._interval = self.first_pause
