@@ -83,6 +83,9 @@ class ScheduleConstants:
     # of a plain step each on average, drafting pauses for an interval that doubles from
     # probe_interval up to ``guard_max_pause`` while it keeps losing. The tolerance lets a lookup's
     # search (a few us) run on through open text on models where it costs nothing that matters.
+    # Declined prompt-lookup proposals teach the calibration only when their first token's bucket is
+    # within this of what may be verified (see observe).
+    unverified_band: float = 0.1
     guard_window: int = 24
     guard_min_rounds: int = 8
     guard_tolerance: float = 0.02
@@ -478,10 +481,13 @@ class AdaptiveSchedule:
                     self._first_scale = 1.0
         if verified:
             self.models[greedy].update(list(buckets[:verified]), accepted)
-        elif first_matched is not None and not self.free_drafter:
+        elif first_matched is not None and (not self.free_drafter or self.models[greedy].confidence(buckets[0])
+                                            >= self.min_confidence() - self.c.unverified_band):
             # Free evidence, for a draft model's calibration only: a draft whose buckets say "don't
             # verify" (a random-weight draft is right 80% of the time at 0.05-0.3 probability) is
-            # otherwise never verified, so never learns it could be. Prompt lookup's buckets need no
-            # rescue, and its declined short matches (mostly wrong) dragged its long ones down with
-            # them: Gemma at 1 thread fell from 1.2x to 1.0x plain.
+            # otherwise never verified, so never learns it could be. For prompt lookup only buckets
+            # near what may be verified count: its declined short matches (mostly wrong) dragged its
+            # long ones down with them (Gemma at 1 thread: 1.2x -> 1.0x plain), while on a steep curve
+            # (Gemma at 1 thread needs 0.91, a 23-token match starts at 0.9) its long matches would
+            # otherwise never be verified.
             self.models[greedy].update_calibration(buckets[0], first_matched)

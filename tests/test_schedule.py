@@ -253,6 +253,27 @@ def test_a_draft_whose_buckets_say_never_verify_learns_from_declined_proposals()
     assert chosen[True, True] == 0
 
 
+def test_long_lookup_matches_learn_from_declined_proposals_on_a_steep_curve():
+    """Gemma at 1 thread: a 9-token pass costs 6.5 one-token passes, so a run of drafted tokens
+    pays only above ~0.91 confidence, and a 23-token match starts at 0.9. Never verified, it
+    never learned that such copies are right 99% of the time (adaptive stayed at 1.0x plain
+    where it reaches 1.2-1.8x). Declined proposals near that bar teach the calibration; far
+    below it (short matches, mostly wrong) they don't. Fails without either rule."""
+    steep = CostProfile({1: 17.6e-3, 2: 43.3e-3, 3: 51.6e-3, 5: 85.9e-3, 9: 115.2e-3})
+    priors = [0.9, 0.25]  # bucket 0: a long match; bucket 1: a one-token match
+    long_run = DraftProposal(tokens=(1,) * 16, buckets=(0,) * 16)
+    schedule = AdaptiveSchedule(32, target_costs=steep, free_drafter=True, priors={True: priors, False: priors})
+    assert schedule.min_confidence() > 0.9 and schedule.choose(long_run, True) == 0
+    calibration = schedule.models[True].calibration
+    for _ in range(40):  # short matches, declined, their first token wrong: no evidence taken
+        schedule.observe(DraftProposal(tokens=(1,), buckets=(1,)), 0, 0, 1, True, 0.0, steep.cost(1),
+                         first_matched=False)
+    assert schedule.models[True].calibration == calibration
+    for _ in range(40):  # long matches, declined, their first token right
+        schedule.observe(long_run, 0, 0, 1, True, 0.0, steep.cost(1), first_matched=True)
+    assert schedule.choose(long_run, True) > 0
+
+
 def test_the_decoder_reports_whether_a_declined_proposals_first_token_was_right():
     """first_matched is the plain step's token == the first drafted token, for declined greedy
     proposals only; None where tokens were verified or nothing was proposed."""

@@ -205,7 +205,10 @@ class PromptLookupDrafter(DrafterBase):
         if self._shortest_age >= 8 or self._shortest_full != self._full:
             self._shortest_age, self._shortest_full = 0, self._full
             needed, flags = budget.min_confidence, 2 * self._full
-            self._shortest = MAX_MATCH + 1
+            # The longest matches are always looked for: if none may be verified yet, their
+            # proposals still show (declined) whether they were right, which is how the
+            # calibration learns that a long copy pays on a steep curve.
+            self._shortest = max(_M_EDGES[-1], self.min_ngram)
             for i, edge in enumerate(_M_EDGES):
                 if budget.confidence(4 * i + flags) >= needed:
                     self._shortest = max(edge, self.min_ngram)
