@@ -65,27 +65,26 @@ class AcceptanceModel:
         """Verified tokens with these buckets: the first ``accepted`` were accepted, the next rejected."""
         hits, total = self._hits, self._total
         for i, b in enumerate(buckets[: accepted + 1]):
-            if total[b] >= self.recency:  # forget a little: keep following recent outcomes
-                scale = (self.recency - 1.0) / total[b]
-                hits[b] *= scale
-                total[b] *= scale
-            hits[b] += 1.0 if i < accepted else 0.0
-            total[b] += 1.0
+            self._count(hits, total, b, i < accepted)
             self.observations[b] += 1
             self._mean[b] = (hits[b] + self.strength * self._pooled[b]) / (total[b] + self.strength)
-        self._since_fit += 1
-        if self._since_fit >= _REFIT_EVERY:
-            self._refit()
+        self._counted()
 
     def update_calibration(self, bucket: int, accepted: bool) -> None:
         """An outcome seen without verifying (a declined greedy proposal's first token against the
         token the plain step produced): it moves the pooled calibration, not the bucket's own count."""
-        if self._unverified_total[bucket] >= self.recency:
-            scale = (self.recency - 1.0) / self._unverified_total[bucket]
-            self._unverified_hits[bucket] *= scale
-            self._unverified_total[bucket] *= scale
-        self._unverified_hits[bucket] += 1.0 if accepted else 0.0
-        self._unverified_total[bucket] += 1.0
+        self._count(self._unverified_hits, self._unverified_total, bucket, accepted)
+        self._counted()
+
+    def _count(self, hits: np.ndarray, total: np.ndarray, bucket: int, hit: bool) -> None:
+        if total[bucket] >= self.recency:  # forget a little: keep following recent outcomes
+            scale = (self.recency - 1.0) / total[bucket]
+            hits[bucket] *= scale
+            total[bucket] *= scale
+        hits[bucket] += 1.0 if hit else 0.0
+        total[bucket] += 1.0
+
+    def _counted(self) -> None:
         self._since_fit += 1
         if self._since_fit >= _REFIT_EVERY:
             self._refit()

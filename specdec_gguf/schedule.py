@@ -75,22 +75,18 @@ class ScheduleConstants:
     # windows, the start decision) costs 20-60 us: 10% of a tiny model's round if done every 8.
     refresh_costs_every: int = 8
     refresh_costs_seconds: float = 0.01
-    # The realized-gain guard. Every decision above rests on estimates (a cost curve that bends as
-    # the context grows, per-round work that is 10% of a tiny model's pass, a miscalibrated draft);
-    # the guard rests on what was measured: each round that consulted the drafter is scored by the
-    # tokens it gave minus the plain steps its time would have bought. When the last
-    # ``guard_window`` such rounds (at least ``guard_min_rounds``) lost more than ``guard_tolerance``
-    # of a plain step each on average, drafting pauses for an interval that doubles from
-    # probe_interval up to ``guard_max_pause`` while it keeps losing. The tolerance lets a lookup's
-    # search (a few us) run on through open text on models where it costs nothing that matters.
-    # Declined prompt-lookup proposals teach the calibration only when their first token's bucket is
-    # within this of what may be verified (see observe).
-    unverified_band: float = 0.1
+    # The realized-gain guard (guard.py): when the last ``guard_window`` rounds that consulted the
+    # drafter (at least ``guard_min_rounds``) lost more than ``guard_tolerance`` of a plain step each,
+    # drafting pauses for probe_interval rounds, doubling up to ``guard_max_pause``. The tolerance
+    # lets a lookup's search (a few us) run on through open text where it costs nothing that matters.
     guard_window: int = 24
     guard_min_rounds: int = 8
     guard_tolerance: float = 0.02
     guard_slack: float = 2.0  # tokens: one long wrong pass is part of drafting, not a verdict
     guard_max_pause: int = 64
+    # Declined prompt-lookup proposals teach the calibration only when their first token's bucket is
+    # within this of what may be verified (see observe).
+    unverified_band: float = 0.1
 
 
 @runtime_checkable
@@ -406,19 +402,17 @@ class AdaptiveSchedule:
         # declining teaches nothing, so the same copy would be declined again while the rate of one
         # that ended decays; at the end of a generation (proposals are cut to the room left) no
         # later round can use the time saved.
-        offer, expected, reach = 1.0 / costs[0], 1.0, 1.0
-        for j, bucket in enumerate(buckets[:longest], start=1):
+        chain = []  # (expected tokens, chance all so far accepted) of verifying j = 1, 2, ... tokens
+        expected, reach = 1.0, 1.0
+        for bucket in buckets[:longest]:
             reach *= model.confidence(bucket)
             expected += reach
-            offer = max(offer, expected / costs[j])
-        lam = min(lam, offer)
+            chain.append((expected, reach))
+        lam = min(lam, max([1.0 / costs[0]] + [e / costs[j] for j, (e, _) in enumerate(chain, start=1)]))
         plain = 1.0 - lam * costs[0] + self.c.margin
         best_k, best = 0, plain
         capped_k, capped, at_cap = 0, plain, plain
-        expected, reach = 1.0, 1.0
-        for j, bucket in enumerate(buckets[:longest], start=1):
-            reach *= model.confidence(bucket)
-            expected += reach
+        for j, (expected, reach) in enumerate(chain, start=1):
             value = expected - lam * costs[j]
             improved = value > best
             if improved:
@@ -483,9 +477,9 @@ class AdaptiveSchedule:
             self.models[greedy].update(list(buckets[:verified]), accepted)
         elif first_matched is not None and (not self.free_drafter or self.models[greedy].confidence(buckets[0])
                                             >= self.min_confidence() - self.c.unverified_band):
-            # Free evidence, for a draft model's calibration only: a draft whose buckets say "don't
-            # verify" (a random-weight draft is right 80% of the time at 0.05-0.3 probability) is
-            # otherwise never verified, so never learns it could be. For prompt lookup only buckets
+            # Free evidence, for the calibration only: a draft whose buckets say "don't verify" (a
+            # random-weight draft is right 80% of the time at 0.05-0.3 probability) is otherwise
+            # never verified, so never learns it could be. For prompt lookup only buckets
             # near what may be verified count: its declined short matches (mostly wrong) dragged its
             # long ones down with them (Gemma at 1 thread: 1.2x -> 1.0x plain), while on a steep curve
             # (Gemma at 1 thread needs 0.91, a 23-token match starts at 0.9) its long matches would
