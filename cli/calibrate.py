@@ -59,6 +59,8 @@ def calibrate(
         table.add_row(str(n), f"{profile.seconds[n] * 1e3:.2f} ms", f"{r:.2f}x", f"{r / n:.2f}x")
     console = Console(highlight=False)
     console.print(table)
+    console.print(f"a one-token pass after a pass of another size (the plain step after a verify pass) costs "
+                  f"{profile.switch_seconds * 1e3:.2f} ms more: llama.cpp rebuilds its graph when the size changes")
     note = ""
     if saved:
         note = "; saved, so runs with these settings start knowing the curve"

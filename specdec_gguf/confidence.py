@@ -8,11 +8,17 @@ chance of acceptance given every earlier token of the proposal was accepted.
 Two layers learn from every verified token (the first ``accepted`` were accepted, the
 next one was rejected; tokens after a rejection tell nothing):
 
-1. a pooled calibration of the drafter's priors, ``σ(a + s·logit(prior))``, fitted to all
-   buckets' outcomes at once, so evidence from a few buckets moves them all (a copy task
-   seen in long matches makes shorter matches believable too);
+1. a pooled calibration of the drafter's priors, ``σ(a + s·logit(prior) + d·later)``, fitted
+   to all buckets' outcomes at once, so evidence from a few buckets moves them all (a copy
+   task seen in long matches makes shorter matches believable too);
 2. Beta counts per bucket around that pooled estimate, so each bucket ends up following
    its own outcomes.
+
+``later`` marks a token after the first of its proposal. Acceptance is bursty (a draft
+that got the first token right is in an easy stretch and likely gets the next right too),
+so a later token in a bucket is likelier accepted than a first one: each bucket keeps its
+first and later tokens apart, and the pooled shift ``d`` lets every bucket learn that from
+all of them at once.
 """
 
 from __future__ import annotations
@@ -42,7 +48,10 @@ class AcceptanceModel:
         if strength <= 0 or recency < 1:
             raise ConfigError(f"strength={strength} must be > 0 and recency={recency} >= 1")
         self.strength, self.recency = strength, recency
-        prior = np.asarray(priors, dtype=np.float64)
+        self._n = len(priors)
+        # Slots: bucket b's first tokens at b, its later tokens at n + b (see the module docs).
+        prior = np.tile(np.asarray(priors, dtype=np.float64), 2)
+        self._later = np.repeat([0.0, 1.0], self._n)
         self._logit = np.log(prior / (1 - prior))
         self._hits = np.zeros(len(prior))
         self._total = np.zeros(len(prior))
@@ -50,23 +59,27 @@ class AcceptanceModel:
         self._unverified_total = np.zeros(len(prior))
         self._pooled = prior.copy()
         self._mean = prior.tolist()
-        self.calibration = (0.0, 1.0)  # (a, s): pooled prior = σ(a + s·logit(prior))
-        self.observations = [0] * len(prior)
+        self.calibration = (0.0, 1.0, 0.0)  # (a, s, d): pooled prior = σ(a + s·logit(prior) + d·later)
+        self.observations = [0] * self._n
         self._since_fit = 0
 
     def __len__(self) -> int:
-        return len(self._mean)
+        return self._n
 
-    def confidence(self, bucket: int) -> float:
-        """Posterior mean acceptance of a token in ``bucket`` (given the tokens before it were accepted)."""
-        return self._mean[bucket]
+    def confidence(self, bucket: int, later: bool = False) -> float:
+        """Posterior mean acceptance of a token in ``bucket`` (given the tokens before it were accepted);
+        ``later``: not the first token of its proposal."""
+        return self._mean[bucket + self._n if later else bucket]
 
     def update(self, buckets: Sequence[int], accepted: int) -> None:
-        """Verified tokens with these buckets: the first ``accepted`` were accepted, the next rejected."""
-        hits, total = self._hits, self._total
+        """A proposal's verified tokens with these buckets: the first ``accepted`` were accepted, the next
+        rejected."""
+        hits, total, n = self._hits, self._total, self._n
         for i, b in enumerate(buckets[: accepted + 1]):
-            self._count(hits, total, b, i < accepted)
             self.observations[b] += 1
+            if i:
+                b += n
+            self._count(hits, total, b, i < accepted)
             self._mean[b] = (hits[b] + self.strength * self._pooled[b]) / (total[b] + self.strength)
         self._counted()
 
@@ -90,23 +103,22 @@ class AcceptanceModel:
             self._refit()
 
     def _refit(self) -> None:
-        """Fit (a, s) by a few Newton steps on all buckets' counts, with a Gaussian prior at (0, 1)."""
+        """Fit (a, s, d) by a few Newton steps on all buckets' counts, with a Gaussian prior at (0, 1, 0)."""
         self._since_fit = 0
         hits, total = self._hits + self._unverified_hits, self._total + self._unverified_total
         seen = total > 0
-        x, y, n = self._logit[seen], hits[seen], total[seen]
-        a, s = self.calibration
-        prior_var = np.array([1.0, 0.25])  # how far the data may move a and s
+        y, n = hits[seen], total[seen]
+        features = np.stack([np.ones(len(y)), self._logit[seen], self._later[seen]])  # [3, seen]
+        theta = np.array(self.calibration)
+        centre = np.array([0.0, 1.0, 0.0])
+        precision = np.diag([1.0, 4.0, 1.0])  # 1 / how far the data may move a, s and d
         for _ in range(4):
-            p = 1.0 / (1.0 + np.exp(-(a + s * x)))
-            r = y - n * p
-            w = n * p * (1 - p)
-            grad = np.array([r.sum() - a / prior_var[0], (r * x).sum() - (s - 1.0) / prior_var[1]])
-            hess = np.array([[w.sum() + 1 / prior_var[0], (w * x).sum()],
-                             [(w * x).sum(), (w * x * x).sum() + 1 / prior_var[1]]])
-            step = np.linalg.solve(hess, grad)
-            a, s = a + step[0], s + step[1]
-        s = max(s, 0.1)  # the prior's order must stay: a surer bucket never becomes a less sure one
-        self.calibration = (float(a), float(s))
-        self._pooled = 1.0 / (1.0 + np.exp(-(a + s * self._logit)))
+            p = 1.0 / (1.0 + np.exp(-(theta @ features)))
+            grad = features @ (y - n * p) - precision @ (theta - centre)
+            hess = (features * (n * p * (1 - p))) @ features.T + precision
+            theta = theta + np.linalg.solve(hess, grad)
+        theta[1] = max(theta[1], 0.1)  # the prior's order must stay: a surer bucket never becomes a less sure one
+        a, s, d = (float(v) for v in theta)
+        self.calibration = (a, s, d)
+        self._pooled = 1.0 / (1.0 + np.exp(-(a + s * self._logit + d * self._later)))
         self._mean = ((self._hits + self.strength * self._pooled) / (self._total + self.strength)).tolist()

@@ -147,7 +147,7 @@ class SpeculativeDecoder:
             while True:
                 t_round = clock()
                 room = min(target.n_ctx - len(context), max_new_tokens - (len(context) - len(prompt))) - 1
-                k = min(schedule.next_k(), room) if drafter is not None else 0
+                k = min(schedule.next_k(room), room) if drafter is not None else 0
                 proposal = NO_PROPOSAL
                 if k > 0:
                     proposal = drafter.propose(k, policy, rng, budget=schedule.budget(greedy)).prefix(k)

@@ -35,6 +35,7 @@ class GainGuard:
         self._pause = 0  # rounds left without consulting the drafter
         self._interval = first_pause
         self._asked = False  # whether this round consulted the drafter
+        self._verified_last = False  # whether the latest round verified drafted tokens
 
     def paused(self) -> bool:
         """Whether this round must be a plain step (counts the pause down)."""
@@ -49,19 +50,25 @@ class GainGuard:
 
     def record(self, verified: int, generated: int, draft_seconds: float, verify_seconds: float) -> None:
         """A finished round. One that verified nothing took a plain step plus the proposal's price:
-        it scores minus that price, free of the step's noise."""
-        if verified == 0:
+        it scores minus that price, free of the step's noise. A plain step right after a verify pass
+        costs more (llama.cpp rebuilds its graph when the pass size changes): the round that verified
+        is charged with that excess."""
+        after_verify, self._verified_last = self._verified_last, verified > 0
+        if verified == 0 and not after_verify:
             self._plain_times.append(verify_seconds)
             self._plain_new += 1
             if self._plain_new >= 8 or len(self._plain_times) < 8:
                 self._plain_round = None  # a median of 16 is 2-3 us: not every round of a tiny model
         asked, self._asked = self._asked, False
-        if not asked:
-            return
         if self._plain_round is None:
             if not self._plain_times:
                 return  # no plain step measured yet
             self._plain_round, self._plain_new = statistics.median(self._plain_times), 0
+        if verified == 0 and after_verify and self._gains:
+            # (At most one plain step: a descheduled thread is not the graph's fault.)
+            self._gains[-1] -= min(max(verify_seconds / self._plain_round - 1.0, 0.0), 1.0)
+        if not asked:
+            return
         if verified == 0:
             score = -draft_seconds / self._plain_round
         else:

@@ -25,7 +25,7 @@ from .errors import ConfigError
 # are extrapolated, then measured online when the schedule uses them.
 CALIBRATION_SIZES = (1, 2, 3, 5, 9)
 CONTEXT_TOKENS = 16  # passes are timed after a short context, like an early round
-FORMAT = 1  # bump when the file layout changes
+FORMAT = 2  # bump when the file layout changes (2: the one-token cost reuses llama.cpp's graph; switch_seconds)
 _NOISE = 100e-6  # seconds: how far apart two timings of the same tiny pass can be on a quiet machine
 
 
@@ -35,9 +35,15 @@ class CostProfile:
 
     ``cost(n)`` interpolates linearly between measured sizes and extrapolates past the
     largest with the slope of the last two (never below the largest measured cost).
+    llama.cpp reuses its compute graph when a pass has the same size as the one before and
+    rebuilds it otherwise, so ``seconds[1]`` is a one-token pass after another (a plain
+    step in a run of plain steps), larger sizes are passes after a different size (a verify
+    pass between plain steps), and ``switch_seconds`` is what a one-token pass pays after a
+    pass of another size (the plain step after a verify pass).
     """
 
     seconds: dict[int, float]
+    switch_seconds: float = 0.0
     key: str = ""
     measured_at: float = field(default_factory=time.time)
     calibration_seconds: float = 0.0  # how long measuring took (0 when read from the cache)
@@ -48,6 +54,8 @@ class CostProfile:
             raise ConfigError(f"a cost profile needs the one-token cost; got sizes {sorted(self.seconds)}")
         if any(not (isinstance(n, int) and n >= 1 and s > 0) for n, s in self.seconds.items()):
             raise ConfigError(f"cost profile entries must be n >= 1 -> seconds > 0; got {self.seconds}")
+        if not self.switch_seconds >= 0:
+            raise ConfigError(f"switch_seconds={self.switch_seconds!r} must be >= 0")
         self._sizes = sorted(self.seconds)
 
     def cost(self, n: int) -> float:
@@ -84,12 +92,13 @@ class CostProfile:
 
     def as_dict(self) -> dict:
         return {"format": FORMAT, "key": self.key, "measured_at": self.measured_at,
-                "calibration_seconds": self.calibration_seconds,
+                "calibration_seconds": self.calibration_seconds, "switch_seconds": self.switch_seconds,
                 "seconds": {str(n): s for n, s in sorted(self.seconds.items())}}
 
     @classmethod
     def from_dict(cls, data: dict) -> CostProfile:
-        return cls(seconds={int(n): float(s) for n, s in data["seconds"].items()}, key=str(data.get("key", "")),
+        return cls(seconds={int(n): float(s) for n, s in data["seconds"].items()},
+                   switch_seconds=float(data["switch_seconds"]), key=str(data.get("key", "")),
                    measured_at=float(data.get("measured_at", 0.0)), from_cache=True)
 
 
@@ -98,9 +107,12 @@ def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES,
     """Time one pass of each size in ``sizes`` on ``engine`` (the fastest of ``repeats`` rounds, up
     to two more while the curve is not ``plausible``).
 
-    Uses and then clears the engine's cache. The first round runs the largest size first (it
-    sizes the output buffers) and each size's first pass also builds llama.cpp's graph for it:
-    the fastest-of rule leaves those out, so no separate warm-up pass is spent. The schedule
+    Uses and then clears the engine's cache. Each round runs the sizes largest first (the
+    first sizes the output buffers), so every pass follows one of another size and rebuilds
+    llama.cpp's graph, as a verify pass does; then one more one-token pass, which reuses the
+    graph of the one before, as a plain step does: the two one-token timings give
+    ``switch_seconds``. Each size's first pass also builds its graph for the first time: the
+    fastest-of rule leaves that out, so no separate warm-up pass is spent. The schedule
     refines every size online.
     """
     sizes = sorted(set(sizes) | {1})
@@ -108,22 +120,37 @@ def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES,
         sizes = [n for n in sizes if n + CONTEXT_TOKENS <= engine.n_ctx] or [1]
     start = time.perf_counter()
     base = min(CONTEXT_TOKENS, engine.n_ctx - sizes[-1])
+    order = [*reversed(sizes), 0]  # 0: the one-token pass right after a one-token pass
+
+    def timed(n: int) -> float:
+        t0 = time.perf_counter()
+        engine.forward_argmax([token] * n)
+        seconds = time.perf_counter() - t0
+        engine.reset(base)
+        return seconds
+
     engine.reset(0)
     try:
         engine.advance([token] * base)
-        best = {n: float("inf") for n in sizes}
+        best = {n: float("inf") for n in order}
         rounds = 0
         # More rounds (two at most) while the curve is implausible: a busy moment passes.
-        while rounds < repeats or (rounds < repeats + 2 and not CostProfile(best).plausible):
+        while rounds < max(repeats, 1) or (rounds < repeats + 2 and not _profile(best).plausible):
             rounds += 1
-            for n in (reversed(sizes) if rounds == 1 else sizes):
-                t0 = time.perf_counter()
-                engine.forward_argmax([token] * n)
-                best[n] = min(best[n], time.perf_counter() - t0)
-                engine.reset(base)
+            for n in order:
+                best[n] = min(best[n], timed(n or 1))
     finally:
         engine.reset(0)
-    return CostProfile(seconds=best, calibration_seconds=time.perf_counter() - start)
+    profile = _profile(best)
+    profile.calibration_seconds = time.perf_counter() - start
+    return profile
+
+
+def _profile(best: dict[int, float]) -> CostProfile:
+    """A profile from ``measure``'s timings (key 0: the one-token pass after a one-token pass)."""
+    reused = min(best[0], best[1])  # a reused graph is never dearer: a larger timing is noise
+    return CostProfile(seconds={**{n: s for n, s in best.items() if n > 1}, 1: reused},
+                       switch_seconds=best[1] - reused)
 
 
 def cache_dir() -> Path:

@@ -97,8 +97,9 @@ class DraftSchedule(Protocol):
         """A new generation begins."""
         ...
 
-    def next_k(self) -> int:
-        """Most tokens to ask the drafter for this round (0: a plain step); the decoder clips it to the room left."""
+    def next_k(self, room: int) -> int:
+        """Most tokens to ask the drafter for this round (0: a plain step), with ``room`` tokens left to
+        generate after this round's first; the decoder clips it to ``room``."""
         ...
 
     def budget(self, greedy: bool) -> DraftBudget | None:
@@ -126,8 +127,9 @@ class DraftBudget:
     def __init__(self, schedule: AdaptiveSchedule, model: AcceptanceModel) -> None:
         self._schedule, self._model = schedule, model
 
-    def confidence(self, bucket: int) -> float:
-        return self._model.confidence(bucket)
+    def confidence(self, bucket: int, later: bool = False) -> float:
+        """Calibrated acceptance of a token in ``bucket``; ``later``: not the first of its proposal."""
+        return self._model.confidence(bucket, later)
 
     @property
     def min_confidence(self) -> float:
@@ -152,7 +154,7 @@ class FixedSchedule:
     def start(self) -> None:
         return None
 
-    def next_k(self) -> int:
+    def next_k(self, room: int) -> int:
         return self.k
 
     def budget(self, greedy: bool) -> DraftBudget | None:
@@ -187,9 +189,16 @@ class AdaptiveSchedule:
         self.c = c = constants
         self.profile = target_costs
         self.free_drafter = free_drafter
-        self._recent: deque[tuple[int, float]] = deque(maxlen=c.cost_window)  # (pass size, seconds)
+        # (pass size, seconds, whether the pass before had another size: llama.cpp rebuilt its graph)
+        self._recent: deque[tuple[int, float, bool]] = deque(maxlen=c.cost_window)
+        # A proposal of k tokens costs the draft ``F + k·d``: its first pass also takes in the tokens
+        # committed since (a longer pass, after one of another size), then one-token passes. The
+        # profile gives the shape, recent rounds the scale (``_draft_window``: measured / shape).
         self._draft_window: deque[float] = deque(maxlen=c.cost_window)
-        self.draft_per_token = draft_costs.cost(1) if draft_costs is not None else None
+        self._draft_shape = None if draft_costs is None else (
+            max(draft_costs.cost(2) + draft_costs.switch_seconds - draft_costs.cost(1), 0.0), draft_costs.cost(1))
+        self.draft_start = self._draft_shape[0] if self._draft_shape else 0.0  # F (seconds)
+        self.draft_per_token = self._draft_shape[1] if self._draft_shape else None  # d (None: not known yet)
         priors = priors or {}
         self._slot_buckets = {g: not priors.get(g) for g in (True, False)}
         self.models = {g: AcceptanceModel(list(priors.get(g) or [c.slot_prior] * k_max), c.prior_strength,
@@ -215,10 +224,15 @@ class AdaptiveSchedule:
         self._since_refresh_seconds = 0.0
         # The profile's T(n), or n itself without one (then the fit makes it linear in T(1)).
         self._shape = [target_costs.cost(n) if target_costs is not None else float(n) for n in range(1, k_max + 2)]
+        # What a plain step pays after a verify pass (graph rebuilt), as profiled, then as measured.
+        self._switch_shape = target_costs.switch_seconds if target_costs is not None else 0.0
+        self._switch = 0.0
+        self._last_pass = 0  # size of the latest round's target pass (0: none yet)
         self._rounds_since_plain = 0
         self._full_streak = 0
         self._rounds_since_draft = 0
         self._probe_interval = c.probe_interval
+        self._probing = False  # this round drafts only to look (a costly drafter that doesn't pay)
         self.guard = GainGuard(window=c.guard_window, min_rounds=c.guard_min_rounds, tolerance=c.guard_tolerance,
                                slack=c.guard_slack, first_pause=c.probe_interval, max_pause=c.guard_max_pause)
         self._greedy = True  # the policy of the latest round (what next_k plans for)
@@ -242,23 +256,30 @@ class AdaptiveSchedule:
         profiled (load, a longer context), ``e`` the extra cost per verified token the profile
         misses (on small models attention over a longer context grows with n; our own per-token
         work). Both are medians over the last rounds. Without a profile P(n) = n: linear costs.
+        T(1) is a plain step after a plain step; what one costs more after a verify pass (llama.cpp
+        rebuilds its graph when the pass size changes) is fitted too (``_switch``).
         """
         if not self._costs_stale:
             return self._costs
         self._costs_stale = False
         shape, recent = self._shape, self._recent
-        ones = [t / shape[0] for n, t in recent if n == 1]
+        steady = [t / shape[0] for n, t, switched in recent if n == 1 and not switched]
+        # Plain steps that each follow a verify pass: all there is to go on (they include the switch).
+        ones = steady if len(steady) >= 3 else [t / shape[0] for n, t, _ in recent if n == 1]
         if len(ones) >= 3 or (ones and self.profile is None):
             scale = statistics.median(ones)
         elif recent:
-            scale = statistics.median(t / shape[n - 1] for n, t in recent)
+            scale = statistics.median(t / shape[n - 1] for n, t, _ in recent)
         elif self.profile is not None:
             scale = 1.0
         else:
             self._costs = []  # nothing known: the first round is a plain step that measures T(1)
             return self._costs
-        extra = [(t - scale * shape[n - 1]) / (n - 1) for n, t in recent if n > 1]
+        extra = [(t - scale * shape[n - 1]) / (n - 1) for n, t, _ in recent if n > 1]
         per_token = statistics.median(extra) if len(extra) >= 3 else 0.0
+        after = [t - scale * shape[0] for n, t, switched in recent if n == 1 and switched]
+        self._switch = max(statistics.median(after), 0.0) if len(after) >= 3 and ones is steady \
+            else scale * self._switch_shape
         costs, floor = [], 0.0
         for i, p in enumerate(shape):
             floor = max(floor, scale * p + per_token * i, 1e-9)  # a longer pass never costs less
@@ -267,6 +288,11 @@ class AdaptiveSchedule:
         self._plain_rate = 1.0 / costs[0]
         self._min_conf = self._start_value = self._potential_cache = None
         return costs
+
+    def switch_cost(self) -> float:
+        """Estimated seconds a plain step pays more right after a verify pass (0 before anything is known)."""
+        self._cost_table()
+        return self._switch
 
     def min_confidence(self) -> float:
         """The smallest constant per-token confidence at which some run of drafted tokens pays
@@ -284,7 +310,7 @@ class AdaptiveSchedule:
                 for bar in need:
                     reach *= c
                     gain += reach
-                    if gain > bar:
+                    if gain > bar + lam * self._switch * (1.0 - reach):  # (from plain steps: see choose)
                         pays = True
                         break
                     if reach < 1e-3:
@@ -300,8 +326,9 @@ class AdaptiveSchedule:
         return max(self._plain_rate, realized)
 
     # -- decisions --------------------------------------------------------------------------------
-    def next_k(self) -> int:
-        costs = self._cost_table()
+    def next_k(self, room: int) -> int:
+        self._probing = False
+        costs = self._costs if not self._costs_stale else self._cost_table()
         if not costs:
             return 0  # measure a plain pass first
         if self.profile is None and self._rounds_since_plain >= self.c.plain_refresh:
@@ -312,7 +339,8 @@ class AdaptiveSchedule:
             self.guard.asked()
             return self.k_max
         # A costly drafter: draft if looking at one drafted token is worth its price on average;
-        # else look now and then (intervals doubling), but only if drafting could pay at all.
+        # else look now and then (intervals doubling), but only if drafting could pay at all, and
+        # while enough of the generation is left for what a look finds to pay back its price.
         # The value is cached until the costs or what a first token looks like change.
         if self._start_value is None:
             self._start_value = self._first_token_value()
@@ -320,8 +348,10 @@ class AdaptiveSchedule:
             self._probe_interval = self.c.probe_interval
             self.guard.asked()
             return self.k_max
-        if self._rounds_since_draft >= self._probe_interval and self._potential_value() > self.c.margin:
+        if self._rounds_since_draft >= self._probe_interval and room > self.c.probe_interval \
+                and self._potential_value() > self.c.margin:
             self._probe_interval = min(2 * self._probe_interval, self.c.max_probe_interval)
+            self._probing = True
             self.guard.asked()
             return self.k_max
         return 0
@@ -337,7 +367,7 @@ class AdaptiveSchedule:
         if self.draft_per_token is None:
             return 1.0  # unknown price: worth finding out
         lam, costs, d = self.rate(), self._cost_table(), self.draft_per_token
-        return max(h - lam * (costs[h] - costs[0] + d * h) for h in range(1, self.k_max + 1))
+        return max(h - lam * (costs[h] - costs[0] + self.draft_start + d * h) for h in range(1, self.k_max + 1))
 
     def _first_token_value(self) -> float:
         """Expected gain of drafting one token and then deciding, minus its price (in tokens).
@@ -355,14 +385,14 @@ class AdaptiveSchedule:
         for bucket, w in enumerate(weights):
             if w <= 0:
                 continue
-            c = model.confidence(bucket)
+            c, later = model.confidence(bucket), model.confidence(bucket, True)
             best, gain, reach = 0.0, 0.0, 1.0
             for h in range(1, min(self.c.lookahead, self.k_max) + 1):
-                reach *= c
+                reach *= c if h == 1 else later
                 gain += reach
-                best = max(best, gain - lam * (costs[h] - costs[0] + d * (h - 1)))
+                best = max(best, gain - lam * (costs[h] - costs[0] + self._switch * (1.0 - reach) + d * (h - 1)))
             value += w / total * best
-        return value - lam * d
+        return value - lam * (self.draft_start + d)
 
     def budget(self, greedy: bool) -> DraftBudget | None:
         # None without drafter priors: its buckets mean nothing here; estimate per slot instead.
@@ -404,16 +434,23 @@ class AdaptiveSchedule:
         # later round can use the time saved.
         chain = []  # (expected tokens, chance all so far accepted) of verifying j = 1, 2, ... tokens
         expected, reach = 1.0, 1.0
-        for bucket in buckets[:longest]:
-            reach *= model.confidence(bucket)
+        for j, bucket in enumerate(buckets[:longest]):
+            reach *= model.confidence(bucket, j > 0)
             expected += reach
             chain.append((expected, reach))
-        lam = min(lam, max([1.0 / costs[0]] + [e / costs[j] for j, (e, _) in enumerate(chain, start=1)]))
+        # After a plain step, a verify pass makes the next plain step pay the switch, unless all its
+        # tokens are accepted and the drafter drafts on (not a probe): the switch is then the later
+        # rounds' to pay (one per run of verify passes). After a verify pass the next plain step
+        # pays it anyway.
+        entry = self._switch if self._last_pass == 1 else 0.0
+        goes_on = 0.0 if self._probing else 1.0
+        lam = min(lam, max([1.0 / costs[0]] + [e / (costs[j] + entry * (1.0 - goes_on * r))
+                                               for j, (e, r) in enumerate(chain, start=1)]))
         plain = 1.0 - lam * costs[0] + self.c.margin
         best_k, best = 0, plain
         capped_k, capped, at_cap = 0, plain, plain
         for j, (expected, reach) in enumerate(chain, start=1):
-            value = expected - lam * costs[j]
+            value = expected - lam * (costs[j] + entry * (1.0 - goes_on * reach))
             improved = value > best
             if improved:
                 best_k, best = j, value
@@ -434,7 +471,8 @@ class AdaptiveSchedule:
     # -- learning -----------------------------------------------------------------------------------
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
                 draft_seconds: float, verify_seconds: float, first_matched: bool | None = None) -> None:
-        self._recent.append((verified + 1, verify_seconds))
+        self._recent.append((verified + 1, verify_seconds, verified + 1 != self._last_pass))
+        self._last_pass = verified + 1
         self._since_refresh += 1
         self._since_refresh_seconds += draft_seconds + verify_seconds
         predicted = self._costs[verified] if self._costs and verified < len(self._costs) else 0.0
@@ -460,8 +498,14 @@ class AdaptiveSchedule:
         self._rounds_since_draft = 0
         self._start_value = self._potential_cache = None  # drafted: price and first tokens moved
         if not self.free_drafter and draft_seconds > 0:
-            self._draft_window.append(draft_seconds / drafted)
-            self.draft_per_token = statistics.median(self._draft_window)
+            if self._draft_shape is None:
+                self._draft_window.append(draft_seconds / drafted)
+                self.draft_per_token = statistics.median(self._draft_window)
+            else:
+                start, per_token = self._draft_shape
+                self._draft_window.append(draft_seconds / (start + drafted * per_token))
+                scale = statistics.median(self._draft_window)
+                self.draft_start, self.draft_per_token = scale * start, scale * per_token
         buckets = proposal.buckets if proposal.buckets is not None and not self._slot_buckets[greedy] \
             else range(drafted)
         if not self.free_drafter:  # only a costly drafter's start decision reads these counts

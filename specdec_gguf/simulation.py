@@ -18,20 +18,21 @@ from .profile import CostProfile
 from .schedule import AdaptiveSchedule, DraftSchedule
 from .settings import default_num_draft_tokens
 
-# Cost curves (seconds of a one-token pass, T(n)/T(1)) measured on CPUs (docs/performance.md,
-# issue 10) and a GPU-like one where verifying more tokens is nearly free.
-CURVES: dict[str, tuple[float, dict[int, float]]] = {
-    "gemma-epyc": (13e-3, {1: 1, 2: 1.87, 3: 2.11, 5: 3.59, 9: 4.57, 17: 6.92}),
-    "49k-xeon": (27e-3, {1: 1, 2: 1.49, 3: 2.06, 5: 3.87, 9: 6.21}),
-    "tiny-f32": (0.24e-3, {1: 1, 2: 1.55, 3: 2.25, 5: 3.24, 9: 5.79}),
-    "linear": (10e-3, {1: 1, 2: 2, 3: 3, 5: 5, 9: 9}),
-    "gpu-like": (8e-3, {1: 1, 2: 1.02, 3: 1.04, 5: 1.08, 9: 1.15, 17: 1.3}),
+# Cost curves (seconds of a one-token pass, T(n)/T(1), and what a one-token pass after one of
+# another size costs more, as a share of T(1)) measured on CPUs (docs/performance.md, issue 10)
+# and a GPU-like one where verifying more tokens is nearly free.
+CURVES: dict[str, tuple[float, dict[int, float], float]] = {
+    "gemma-epyc": (13e-3, {1: 1, 2: 1.87, 3: 2.11, 5: 3.59, 9: 4.57, 17: 6.92}, 0.07),
+    "49k-xeon": (27e-3, {1: 1, 2: 1.49, 3: 2.06, 5: 3.87, 9: 6.21}, 0.05),
+    "tiny-f32": (0.24e-3, {1: 1, 2: 1.55, 3: 2.25, 5: 3.24, 9: 5.79}, 0.6),
+    "linear": (10e-3, {1: 1, 2: 2, 3: 3, 5: 5, 9: 9}, 0.0),
+    "gpu-like": (8e-3, {1: 1, 2: 1.02, 3: 1.04, 5: 1.08, 9: 1.15, 17: 1.3}, 0.02),
 }
 
 
 def curve_profile(name: str) -> CostProfile:
-    base, ratios = CURVES[name]
-    return CostProfile({n: base * r for n, r in ratios.items()})
+    base, ratios, switch = CURVES[name]
+    return CostProfile({n: base * r for n, r in ratios.items()}, switch_seconds=base * switch)
 
 
 @dataclass

@@ -101,7 +101,7 @@ class ScriptedSchedule(FixedSchedule):
         super().__init__(1)
         self.ks = list(ks)
 
-    def next_k(self):
+    def next_k(self, room):
         return self.ks.pop(0) if self.ks else 0
 
 

@@ -144,7 +144,7 @@ def _losing_rounds(schedule, rounds, accepted):
     """Feed ``rounds`` rounds that verified 2 drafted tokens (1.5 plain steps each), ``accepted`` of them kept."""
     proposal = DraftProposal(tokens=(1, 2), buckets=(0, 0))
     for _ in range(rounds):
-        assert schedule.next_k() > 0  # the decoder asks, then drafts, verifies and reports
+        assert schedule.next_k(1000) > 0  # the decoder asks, then drafts, verifies and reports
         schedule.observe(proposal, 2, accepted, accepted + 1, True, 0.0, 1.5e-3)
 
 
@@ -157,13 +157,13 @@ def test_the_guard_pauses_drafting_that_loses_to_plain_steps():
     c = schedule.c
     schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 1e-3)  # a plain step: 1 ms
     _losing_rounds(schedule, c.guard_min_rounds - 1, 0)
-    assert schedule.next_k() == 8  # too few rounds for a verdict
+    assert schedule.next_k(1000) == 8  # too few rounds for a verdict
     _losing_rounds(schedule, 1, 0)
-    pauses = [schedule.next_k() for _ in range(c.probe_interval)]
+    pauses = [schedule.next_k(1000) for _ in range(c.probe_interval)]
     assert pauses == [0] * c.probe_interval
     _losing_rounds(schedule, 1, 0)  # a probe that lost again: twice as long a pause
-    assert [schedule.next_k() for _ in range(2 * c.probe_interval)] == [0] * (2 * c.probe_interval)
-    assert schedule.next_k() == 8
+    assert [schedule.next_k(1000) for _ in range(2 * c.probe_interval)] == [0] * (2 * c.probe_interval)
+    assert schedule.next_k(1000) == 8
 
 
 def test_the_guard_leaves_winning_drafts_alone():
@@ -172,7 +172,7 @@ def test_the_guard_leaves_winning_drafts_alone():
     schedule = AdaptiveSchedule(8, target_costs=costs, free_drafter=True, priors={True: [0.95], False: [0.95]})
     schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 1e-3)
     _losing_rounds(schedule, 3 * schedule.c.guard_window, 2)
-    assert schedule.next_k() == 8
+    assert schedule.next_k(1000) == 8
 
 
 def test_a_drafter_that_costs_more_than_it_claims_stops_being_asked():
@@ -206,9 +206,26 @@ def test_acceptance_model_counts_the_first_rejection_and_nothing_after():
     model = AcceptanceModel([0.5, 0.5, 0.5], strength=2.0)
     model.update([0, 1, 2], accepted=1)  # bucket 0 accepted, bucket 1 rejected, bucket 2 never decided
     assert model.confidence(0) == pytest.approx(2 / 3)
-    assert model.confidence(1) == pytest.approx(1 / 3)
-    assert model.confidence(2) == pytest.approx(0.5)
+    assert model.confidence(1, later=True) == pytest.approx(1 / 3)  # a token after the first
+    assert model.confidence(1) == pytest.approx(0.5)  # as a first token, bucket 1 is unseen
+    assert model.confidence(2) == pytest.approx(0.5) and model.confidence(2, later=True) == pytest.approx(0.5)
     assert model.observations == [1, 1, 0]
+
+
+def test_acceptance_model_learns_that_acceptance_is_bursty():
+    """First tokens are accepted 60% of the time, tokens after an accepted one 95%: every bucket
+    learns that its later tokens are surer than its first, also buckets that only ever came first
+    (the pooled shift). Fails if position in the proposal were ignored."""
+    model = AcceptanceModel([0.3, 0.5, 0.7], strength=3.0)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        first, rest = int(rng.integers(0, 2)), [int(b) for b in rng.integers(0, 2, size=5)]  # bucket 2 first only
+        accepted = 0 if rng.random() >= 0.6 else 1 + next((i for i in range(5) if rng.random() >= 0.95), 5)
+        model.update([first, *rest], accepted)
+    assert model.calibration[2] > 1.0
+    for bucket in range(3):
+        assert model.confidence(bucket, later=True) > model.confidence(bucket) + 0.15, bucket
+    assert model.confidence(0, later=True) > 0.85
 
 
 def test_acceptance_model_follows_a_drift():
@@ -397,10 +414,11 @@ def test_cost_profile_interpolates_and_extrapolates():
 
 def test_profile_cache_round_trip_is_keyed(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
-    profile = CostProfile({1: 0.01, 2: 0.015}, key="model-a|threads=2")
+    profile = CostProfile({1: 0.01, 2: 0.015}, switch_seconds=0.002, key="model-a|threads=2")
     save(profile)
     loaded = load_cached("model-a|threads=2")
     assert loaded is not None and loaded.seconds == profile.seconds and loaded.from_cache
+    assert loaded.switch_seconds == 0.002
     assert load_cached("model-a|threads=1") is None
     path = next(tmp_path.rglob("*.json"))
     path.write_text("not json")

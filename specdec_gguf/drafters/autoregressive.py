@@ -127,9 +127,9 @@ class AutoregressiveDrafter(DrafterBase):
             if budget is not None:
                 bucket = _prob_bucket(confidence)
                 buckets.append(bucket)
-                calibrated = budget.confidence(bucket)
-                reach *= calibrated
-                if not budget.keep_drafting(len(tokens), reach, calibrated):
+                reach *= budget.confidence(bucket, later=len(tokens) > 1)
+                # The next tokens are later ones: guess them as sure as a later token in this bucket.
+                if not budget.keep_drafting(len(tokens), reach, budget.confidence(bucket, later=True)):
                     break
         if not tokens:
             return NO_PROPOSAL

@@ -2,7 +2,8 @@
 
 A :class:`TraceEngine` is a target whose greedy output is a given token sequence (a
 recorded generation, or a synthetic one) and whose passes cost what a
-:class:`~specdec_gguf.profile.CostProfile` says, on a :class:`VirtualClock`. A
+:class:`~specdec_gguf.profile.CostProfile` says (a one-token pass after one of another size
+also pays its ``switch_seconds``), on a :class:`VirtualClock`. A
 :class:`SimulatedDraftEngine` is a draft model that agrees with the trace where a
 per-position agreement pattern says so and reports a confidence correlated with it.
 Pass the clock to ``SpeculativeDecoder(..., clock=clock)``: the schedule then sees
@@ -51,6 +52,7 @@ class TraceEngine(EngineBase):
         self.filler, self.margin = filler, margin
         self._tokens: list[int] = []
         self.passes = 0
+        self._last_size = 0  # the previous pass's size: a one-token pass after another size pays the switch
 
     n_ctx = property(lambda self: self._n_ctx)
     n_vocab = property(lambda self: self._n_vocab)
@@ -76,8 +78,10 @@ class TraceEngine(EngineBase):
         start = len(self._tokens)
         self._tokens.extend(int(t) for t in tokens)
         if tokens:
-            self.clock.advance(self.costs.cost(len(tokens)))
+            switch = self.costs.switch_seconds if len(tokens) == 1 and self._last_size != 1 else 0.0
+            self.clock.advance(self.costs.cost(len(tokens)) + switch)
             self.passes += 1
+            self._last_size = len(tokens)
         return start
 
     def advance(self, tokens: Sequence[int]) -> None:

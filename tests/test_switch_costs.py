@@ -1,0 +1,138 @@
+"""What a pass costs beyond its size: llama.cpp's graph switch, and a draft model's start.
+
+llama.cpp reuses its compute graph when a pass has the size of the one before and rebuilds
+it otherwise, so a plain step right after a verify pass costs more than one after a plain
+step (on Gemma 3 270M ~7% of a pass, on the tiny test models over half). A proposal from a
+draft model costs a longer first pass (it takes in what was committed since) and then one
+pass per token. These tests pin how the profile, the schedule, the guard and the simulator
+account for both.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specdec_gguf import DraftProposal
+from specdec_gguf.engines.simulated import TraceEngine, VirtualClock
+from specdec_gguf.guard import GainGuard
+from specdec_gguf.profile import FORMAT, CostProfile, load_cached, measure, save
+from specdec_gguf.proposal import NO_PROPOSAL
+from specdec_gguf.schedule import AdaptiveSchedule
+
+MS = 1e-3
+
+
+def _schedule(switch: float, **kwargs) -> AdaptiveSchedule:
+    costs = CostProfile({1: 1 * MS, 2: 1.5 * MS, 3: 2.0 * MS}, switch_seconds=switch)
+    return AdaptiveSchedule(4, target_costs=costs, free_drafter=True, priors={True: [0.6], False: [0.6]}, **kwargs)
+
+
+def test_an_unsure_verify_after_plain_steps_pays_for_the_switch_it_causes():
+    """A 60%-sure token is worth verifying at these costs (1.6 expected tokens for 1.5 plain steps), but
+    not if the plain step after it pays a rebuilt graph (half a step, when the token is rejected).
+    Inside a run of verify passes the next plain step pays the switch anyway: verified again.
+    Fails if the schedule ignored the switch, or charged it inside a run too."""
+    proposal = DraftProposal(tokens=(1, 2), buckets=(0, 0))
+    unaware, aware = _schedule(0.0), _schedule(0.5 * MS)
+    for schedule in (unaware, aware):
+        schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 1 * MS)  # a plain step, at the profile's cost
+    assert unaware.choose(proposal, True) == 1
+    assert aware.choose(proposal, True) == 0
+    aware.observe(proposal, 1, 1, 2, True, 0.0, 1.5 * MS)  # a verify pass (the last pass had 2 tokens)
+    assert aware.choose(proposal, True) == 1
+
+
+def test_the_switch_is_learned_from_plain_steps_after_verify_passes():
+    """The profile knew no switch; plain steps after verify passes cost 0.6 ms more than after plain
+    steps: the fit finds it (and leaves T(1) at the plain-after-plain cost)."""
+    schedule = _schedule(0.0)
+    proposal = DraftProposal(tokens=(1,), buckets=(0,))
+    for _ in range(6):
+        schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 1 * MS)
+        schedule.observe(proposal, 1, 1, 2, True, 0.0, 1.5 * MS)
+        schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 1.6 * MS)
+    schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 1 * MS)  # a refresh is due by now
+    assert schedule.switch_cost() == pytest.approx(0.6 * MS, rel=0.05)
+    assert schedule.verify_cost(1) == pytest.approx(1 * MS, rel=0.05)
+
+
+def _guard() -> GainGuard:
+    return GainGuard(window=24, min_rounds=8, tolerance=0.02, slack=2.0, first_pause=8, max_pause=64)
+
+
+@pytest.mark.parametrize("after", [1.0, 1.8])
+def test_the_guard_charges_a_verify_pass_with_the_dearer_plain_step_after_it(after):
+    """Each verify pass gains a little over plain steps (2 tokens in 1.9 steps), but the plain step after
+    it costs 1.8 steps: drafting loses, and the guard pauses it. Negative control (after = 1.0): the plain
+    step after costs what any does, and drafting goes on. Fails if the guard scored passes alone."""
+    guard = _guard()
+    for _ in range(4):
+        guard.record(0, 1, 0.0, 1 * MS)  # plain steps: what one costs
+    for _ in range(12):
+        guard.asked()
+        guard.record(1, 2, 0.0, 1.9 * MS)
+        guard.record(0, 1, 0.0, after * MS)
+    assert guard.paused() == (after > 1.0)
+
+
+def test_a_draft_proposal_costs_a_start_and_a_price_per_token():
+    """Proposals of 1..8 tokens each cost twice the draft profile's F + k·d: both parts scale, so the price
+    of one more drafted token stays d (not the average price of a short proposal, which includes F)."""
+    target = CostProfile({1: 4 * MS, 2: 6 * MS, 3: 7 * MS, 5: 8 * MS, 9: 10 * MS})
+    draft = CostProfile({1: 0.1 * MS, 2: 0.3 * MS}, switch_seconds=0.05 * MS)  # F = 0.3 + 0.05 - 0.1
+    schedule = AdaptiveSchedule(8, target_costs=target, draft_costs=draft, priors={True: [0.9], False: [0.9]})
+    assert (schedule.draft_start, schedule.draft_per_token) == pytest.approx((0.25 * MS, 0.1 * MS))
+    for k in range(1, 9):
+        proposal = DraftProposal(tokens=(1,) * k, buckets=(0,) * k)
+        schedule.observe(proposal, 0, 0, 1, True, 2 * (0.25 + 0.1 * k) * MS, 4 * MS)
+    assert (schedule.draft_start, schedule.draft_per_token) == pytest.approx((0.5 * MS, 0.2 * MS))
+
+
+def test_a_costly_drafter_does_not_look_again_when_the_generation_is_nearly_done():
+    """A draft that doesn't pay is probed now and then, but a probe's price (catching up on every token
+    since the last) can only pay back over the rounds after it: none with 4 tokens left."""
+    target = CostProfile({1: 10 * MS, 2: 10.2 * MS, 3: 10.4 * MS, 5: 10.8 * MS, 9: 11.6 * MS})
+    draft = CostProfile({1: 3 * MS, 2: 3.3 * MS})
+    schedule = AdaptiveSchedule(8, target_costs=target, draft_costs=draft, priors={True: [0.1], False: [0.1]})
+    for _ in range(schedule.c.probe_interval):
+        assert schedule.next_k(1000) == 0
+        schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 10 * MS)
+    assert schedule.next_k(4) == 0
+    assert schedule.next_k(1000) == 8  # with room, it looks
+
+
+def test_the_simulated_target_charges_the_switch():
+    clock = VirtualClock()
+    costs = CostProfile({1: 1.0, 3: 2.0}, switch_seconds=0.5)
+    engine = TraceEngine(list(range(20)), 32, costs, clock)
+
+    def timed(tokens):
+        start = clock()
+        engine.forward_argmax(tokens)
+        return clock() - start
+
+    assert timed([1, 2, 3]) == pytest.approx(2.0)
+    assert timed([4]) == pytest.approx(1.5)  # after a 3-token pass: graph rebuilt
+    assert timed([5]) == pytest.approx(1.0)  # after a one-token pass: reused
+
+
+def test_measuring_times_plain_steps_after_plain_steps(target):
+    """The profile's one-token cost is a pass after another one-token pass, the switch what one pays
+    after a pass of another size (never negative: a reused graph is never dearer)."""
+    profile = measure(target)
+    assert profile.switch_seconds >= 0.0
+    assert set(profile.seconds) == {1, 2, 3, 5, 9}
+
+
+def test_profiles_of_the_older_format_are_measured_again(tmp_path, monkeypatch):
+    """Format 1 timed every one-token pass after another size: its T(1) includes the switch."""
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    save(CostProfile({1: 0.01, 2: 0.015}, key="m"))
+    assert load_cached("m") is not None
+    path = next(tmp_path.rglob("*.json"))
+    data = json.loads(path.read_text())
+    assert data["format"] == FORMAT == 2
+    path.write_text(json.dumps({**data, "format": 1}))
+    assert load_cached("m") is None
