@@ -24,6 +24,7 @@ from .errors import ConfigError
 from .guard import GainGuard
 from .profile import CostProfile
 from .proposal import DraftProposal
+from .settings import MAX_CATCH_UP
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class ScheduleConstants:
     # doubling from this many rounds up to the maximum, so a change (a copy starts) is noticed cheaply.
     probe_interval: int = 8
     max_probe_interval: int = 256
+    # ... and only once the rounds since the last look make its price (the draft catching up on the
+    # tokens committed since, then drafting one) at most this share of their time.
+    probe_share: float = 0.02
     # Without a cost profile, a plain round every this many keeps T(1) current.
     plain_refresh: int = 64
     # Look this many tokens ahead when deciding whether drafting one more token can pay
@@ -195,6 +199,7 @@ class AdaptiveSchedule:
         # committed since (a longer pass, after one of another size), then one-token passes. The
         # profile gives the shape, recent rounds the scale (``_draft_window``: measured / shape).
         self._draft_window: deque[float] = deque(maxlen=c.cost_window)
+        self._draft_profile = draft_costs
         self._draft_shape = None if draft_costs is None else (
             max(draft_costs.cost(2) + draft_costs.switch_seconds - draft_costs.cost(1), 0.0), draft_costs.cost(1))
         self.draft_start = self._draft_shape[0] if self._draft_shape else 0.0  # F (seconds)
@@ -349,12 +354,21 @@ class AdaptiveSchedule:
             self.guard.asked()
             return self.k_max
         if self._rounds_since_draft >= self._probe_interval and room > self.c.probe_interval \
-                and self._potential_value() > self.c.margin:
+                and self._probe_affordable(costs[0]) and self._potential_value() > self.c.margin:
             self._probe_interval = min(2 * self._probe_interval, self.c.max_probe_interval)
             self._probing = True
             self.guard.asked()
             return self.k_max
         return 0
+
+    def _probe_affordable(self, plain_step: float) -> bool:
+        """Whether a look now costs at most ``probe_share`` of the plain rounds since the last one."""
+        if self._draft_profile is None or self.draft_per_token is None:
+            return True  # price unknown: looking is how it gets known
+        scale = self.draft_per_token / self._draft_shape[1]  # type: ignore[index]
+        since = self._rounds_since_draft
+        price = scale * self._draft_profile.cost(min(since, MAX_CATCH_UP) + 1)
+        return price <= self.c.probe_share * since * plain_step
 
     def _potential_value(self) -> float:
         """``_potential()``, cached like the start value."""
@@ -471,24 +485,27 @@ class AdaptiveSchedule:
     # -- learning -----------------------------------------------------------------------------------
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
                 draft_seconds: float, verify_seconds: float, first_matched: bool | None = None) -> None:
-        self._recent.append((verified + 1, verify_seconds, verified + 1 != self._last_pass))
-        self._last_pass = verified + 1
+        size, seconds = verified + 1, draft_seconds + verify_seconds
+        self._recent.append((size, verify_seconds, size != self._last_pass))
+        self._last_pass = size
         self._since_refresh += 1
-        self._since_refresh_seconds += draft_seconds + verify_seconds
-        predicted = self._costs[verified] if self._costs and verified < len(self._costs) else 0.0
-        surprise = predicted > 0 and abs(verify_seconds - predicted) > 0.5 * predicted
-        due = self._since_refresh >= self.c.refresh_costs_every \
-            and self._since_refresh_seconds >= self.c.refresh_costs_seconds
-        if due or not self._costs or (verified and surprise):
-            self._since_refresh, self._since_refresh_seconds = 0, 0.0
-            self._costs_stale = True  # refit now when a pass cost far from what the fit said
+        self._since_refresh_seconds += seconds
+        if not self._costs_stale:  # (the checks below only decide to make it stale)
+            if not self._costs or (self._since_refresh >= self.c.refresh_costs_every
+                                   and self._since_refresh_seconds >= self.c.refresh_costs_seconds):
+                self._costs_stale = True
+            elif verified and verified < len(self._costs):
+                predicted = self._costs[verified]
+                self._costs_stale = abs(verify_seconds - predicted) > 0.5 * predicted  # refit when far off
+            if self._costs_stale:
+                self._since_refresh, self._since_refresh_seconds = 0, 0.0
         if verified:
             self._verify_cap = max(self._verify_cap, 2 * verified)
             self._full_streak = self._full_streak + 1 if accepted == verified else 0
         self._greedy = greedy
         weight = self.c.rate_smoothing
         self._rate_tokens += weight * (generated - self._rate_tokens)
-        self._rate_seconds += weight * (draft_seconds + verify_seconds - self._rate_seconds)
+        self._rate_seconds += weight * (seconds - self._rate_seconds)
         self._rounds_since_plain = 0 if verified == 0 else self._rounds_since_plain + 1
         drafted = len(proposal.tokens)
         self.guard.record(verified, generated, draft_seconds, verify_seconds)

@@ -25,6 +25,7 @@ ExactMode = Literal["warn"]  # besides True/False: exact settings and the self-t
 
 MAX_THREADS = 512  # ggml's GGML_MAX_N_THREADS: more aborts inside llama.cpp
 MAX_NGRAM = 16  # longer n-grams never match more than 16 do, and the index grows with them
+MAX_CATCH_UP = 128  # a draft model catches up on at most this many skipped tokens (AutoregressiveDrafter)
 INT32_MAX = 2**31 - 1
 MAX_DRAFT_TOKENS = 64  # no proposal longer than this pays on any engine we know of
 

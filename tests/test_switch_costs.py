@@ -94,13 +94,29 @@ def test_a_costly_drafter_does_not_look_again_when_the_generation_is_nearly_done
     """A draft that doesn't pay is probed now and then, but a probe's price (catching up on every token
     since the last) can only pay back over the rounds after it: none with 4 tokens left."""
     target = CostProfile({1: 10 * MS, 2: 10.2 * MS, 3: 10.4 * MS, 5: 10.8 * MS, 9: 11.6 * MS})
-    draft = CostProfile({1: 3 * MS, 2: 3.3 * MS})
+    draft = CostProfile({1: 0.3 * MS, 2: 0.33 * MS})
     schedule = AdaptiveSchedule(8, target_costs=target, draft_costs=draft, priors={True: [0.1], False: [0.1]})
     for _ in range(schedule.c.probe_interval):
         assert schedule.next_k(1000) == 0
         schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 10 * MS)
     assert schedule.next_k(4) == 0
     assert schedule.next_k(1000) == 8  # with room, it looks
+
+
+def test_a_draft_whose_look_costs_too_much_is_not_probed():
+    """The same, with a draft a third as costly as the target: catching up on the tokens since the last
+    look costs more than 2% of their time until the catch-up is capped (128 tokens, ~41 ms: 207 rounds
+    of 10 ms), so it is not probed before (a probe of such a draft cost 3% of a 64-token answer on the
+    tiny Q8_0 pair). Fails without the price check."""
+    target = CostProfile({1: 10 * MS, 2: 10.2 * MS, 3: 10.4 * MS, 5: 10.8 * MS, 9: 11.6 * MS})
+    draft = CostProfile({1: 3 * MS, 2: 3.3 * MS})
+    schedule = AdaptiveSchedule(8, target_costs=target, draft_costs=draft, priors={True: [0.1], False: [0.1]})
+    assert schedule._potential_value() > schedule.c.margin  # drafting could pay if every token were right
+    looks = []
+    for _ in range(300):
+        looks.append(schedule.next_k(1000))
+        schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 10 * MS)
+    assert looks.index(8) == 207
 
 
 def test_the_simulated_target_charges_the_switch():

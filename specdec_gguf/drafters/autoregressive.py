@@ -11,6 +11,7 @@ from ..errors import ConfigError, VocabMismatchError
 from ..proposal import NO_PROPOSAL, DraftProposal, VerificationPolicy
 from ..schedule import DraftBudget
 from ..sampling import probs_from_logits, sample
+from ..settings import MAX_CATCH_UP
 from ..vocab import check_compatible
 
 
@@ -34,7 +35,7 @@ class AutoregressiveDrafter(DrafterBase):
     name = "draft-model"
 
     def __init__(self, engine: SpeculativeEngine, *, p_min: float = 0.0,
-                 max_catch_up: int | None = 128) -> None:
+                 max_catch_up: int | None = MAX_CATCH_UP) -> None:
         if not 0.0 <= p_min < 1.0:
             raise ConfigError(f"p_min={p_min!r} must lie in [0, 1)")
         if max_catch_up is not None and max_catch_up < 1:

@@ -57,23 +57,35 @@ class _Index:
         self.min_n, self.max_n, self.separated = min_n, max_n, separated
         self.tokens: list[int] = []
         self.positions: list[dict[int, int | list[int]]] = [{} for _ in range(max_n + 1)]
+        self._indexed = [0] * (max_n + 1)  # per n: n-grams continuing before this position are indexed
 
     def extend(self, tokens: Sequence[int]) -> None:
-        toks, positions, lo, hi = self.tokens, self.positions, self.min_n, self.max_n
-        for token in tokens:
-            end = len(toks)  # index of the token being added: the continuation of the n-grams before it
-            toks.append(int(token))
-            for n in range(lo, min(hi, end) + 1):
-                if self.separated and SEPARATOR in toks[end - n:end]:
-                    break
-                key = toks[end - 1] if n == 1 else hash(tuple(toks[end - n:end]))
-                found = positions[n].get(key)
-                if found is None:
-                    positions[n][key] = end  # most n-grams occur once: a bare int until they repeat
-                elif type(found) is int:
-                    positions[n][key] = [found, end]
-                else:
-                    found.append(end)
+        """Append tokens. Each n-gram length is indexed when a search first needs it: on open text only
+        the longest are searched for, and a round's work stays near a plain round's."""
+        self.tokens.extend(map(int, tokens))
+
+    def _catch_up(self, n: int) -> dict[int, int | list[int]]:
+        """The table of n-grams, brought up to date: n-gram ``tokens[end - n:end]`` -> its ``end``s."""
+        toks, table = self.tokens, self.positions[n]
+        for end in range(max(self._indexed[n], n), len(toks)):
+            if n == 1:
+                key = toks[end - 1]
+                if key == SEPARATOR:
+                    continue
+            else:
+                gram = tuple(toks[end - n:end])
+                if self.separated and SEPARATOR in gram:
+                    continue
+                key = hash(gram)
+            found = table.get(key)
+            if found is None:
+                table[key] = end  # most n-grams occur once: a bare int until they repeat
+            elif type(found) is int:
+                table[key] = [found, end]
+            else:
+                found.append(end)
+        self._indexed[n] = len(toks)
+        return table
 
     def best_match(self, tail: list[int], shortest: int = 1) -> tuple[int, int, bool]:
         """(continuation start, match length, ambiguous) of the longest earlier match of ``tail``'s end.
@@ -83,7 +95,7 @@ class _Index:
         """
         toks, size, limit = self.tokens, len(self.tokens), min(MAX_MATCH, len(tail))
         for n in range(min(self.max_n, len(tail)), max(self.min_n, shortest) - 1, -1):
-            found = self.positions[n].get(tail[-1] if n == 1 else hash(tuple(tail[-n:])))
+            found = self._catch_up(n).get(tail[-1] if n == 1 else hash(tuple(tail[-n:])))
             if found is None:
                 continue
             if type(found) is int:
