@@ -8,17 +8,18 @@ chance of acceptance given every earlier token of the proposal was accepted.
 Two layers learn from every verified token (the first ``accepted`` were accepted, the
 next one was rejected; tokens after a rejection tell nothing):
 
-1. a pooled calibration of the drafter's priors, ``σ(a + s·logit(prior) + d·later)``, fitted
-   to all buckets' outcomes at once, so evidence from a few buckets moves them all (a copy
-   task seen in long matches makes shorter matches believable too);
+1. a pooled calibration of the drafter's priors, ``σ(a + s·logit(prior) + d₁·later + d₂·deep)``,
+   fitted to all buckets' outcomes at once, so evidence from a few buckets moves them all (a
+   copy task seen in long matches makes shorter matches believable too);
 2. Beta counts per bucket around that pooled estimate, so each bucket ends up following
    its own outcomes.
 
-``later`` marks a token after the first of its proposal. Acceptance is bursty (a draft
-that got the first token right is in an easy stretch and likely gets the next right too),
-so a later token in a bucket is likelier accepted than a first one: each bucket keeps its
-first and later tokens apart, and the pooled shift ``d`` lets every bucket learn that from
-all of them at once.
+``later`` marks a token after the first of its proposal, ``deep`` one from the fifth on.
+Acceptance is bursty (a draft that got the first tokens right is in an easy stretch and
+likely gets the next right too), so a later token in a bucket is likelier accepted than a
+first one, and a deep one likelier still: each bucket keeps its first, later and deep
+tokens apart, and the pooled shifts ``d₁, d₂`` let every bucket learn that from all of them
+at once.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import numpy as np
 from .errors import ConfigError
 
 _REFIT_EVERY = 4  # updates between refits of the pooled calibration (a refit costs ~50 µs)
+_DEPTH = (0, 1, 1, 1, 2)  # slot group of a token at position 0, 1, ... in its proposal (4 and on: deep)
 
 
 class AcceptanceModel:
@@ -49,9 +51,10 @@ class AcceptanceModel:
             raise ConfigError(f"strength={strength} must be > 0 and recency={recency} >= 1")
         self.strength, self.recency = strength, recency
         self._n = len(priors)
-        # Slots: bucket b's first tokens at b, its later tokens at n + b (see the module docs).
-        prior = np.tile(np.asarray(priors, dtype=np.float64), 2)
-        self._later = np.repeat([0.0, 1.0], self._n)
+        # Slots: bucket b's first tokens at b, its later ones at n + b, its deep ones at 2n + b.
+        prior = np.tile(np.asarray(priors, dtype=np.float64), 3)
+        self._later = np.repeat([0.0, 1.0, 1.0], self._n)
+        self._deep = np.repeat([0.0, 0.0, 1.0], self._n)
         self._logit = np.log(prior / (1 - prior))
         self._hits = np.zeros(len(prior))
         self._total = np.zeros(len(prior))
@@ -59,17 +62,17 @@ class AcceptanceModel:
         self._unverified_total = np.zeros(len(prior))
         self._pooled = prior.copy()
         self._mean = prior.tolist()
-        self.calibration = (0.0, 1.0, 0.0)  # (a, s, d): pooled prior = σ(a + s·logit(prior) + d·later)
+        self.calibration = (0.0, 1.0, 0.0, 0.0)  # (a, s, d₁, d₂): see the module docs
         self.observations = [0] * self._n
         self._since_fit = 0
 
     def __len__(self) -> int:
         return self._n
 
-    def confidence(self, bucket: int, later: bool = False) -> float:
-        """Posterior mean acceptance of a token in ``bucket`` (given the tokens before it were accepted);
-        ``later``: not the first token of its proposal."""
-        return self._mean[bucket + self._n if later else bucket]
+    def confidence(self, bucket: int, position: int = 0) -> float:
+        """Posterior mean acceptance of a token in ``bucket`` at ``position`` in its proposal (0: the
+        first), given the tokens before it were accepted."""
+        return self._mean[bucket + self._n * _DEPTH[min(position, 4)]]
 
     def update(self, buckets: Sequence[int], accepted: int) -> None:
         """A proposal's verified tokens with these buckets: the first ``accepted`` were accepted, the next
@@ -77,8 +80,7 @@ class AcceptanceModel:
         hits, total, n = self._hits, self._total, self._n
         for i, b in enumerate(buckets[: accepted + 1]):
             self.observations[b] += 1
-            if i:
-                b += n
+            b += n * _DEPTH[min(i, 4)]
             self._count(hits, total, b, i < accepted)
             self._mean[b] = (hits[b] + self.strength * self._pooled[b]) / (total[b] + self.strength)
         self._counted()
@@ -108,17 +110,17 @@ class AcceptanceModel:
         hits, total = self._hits + self._unverified_hits, self._total + self._unverified_total
         seen = total > 0
         y, n = hits[seen], total[seen]
-        features = np.stack([np.ones(len(y)), self._logit[seen], self._later[seen]])  # [3, seen]
+        features = np.stack([np.ones(len(y)), self._logit[seen], self._later[seen], self._deep[seen]])  # [4, seen]
         theta = np.array(self.calibration)
-        centre = np.array([0.0, 1.0, 0.0])
-        precision = np.diag([1.0, 4.0, 1.0])  # 1 / how far the data may move a, s and d
+        centre = np.array([0.0, 1.0, 0.0, 0.0])
+        precision = np.diag([1.0, 4.0, 1.0, 1.0])  # 1 / how far the data may move a, s, d₁ and d₂
         for _ in range(4):
             p = 1.0 / (1.0 + np.exp(-(theta @ features)))
             grad = features @ (y - n * p) - precision @ (theta - centre)
             hess = (features * (n * p * (1 - p))) @ features.T + precision
             theta = theta + np.linalg.solve(hess, grad)
         theta[1] = max(theta[1], 0.1)  # the prior's order must stay: a surer bucket never becomes a less sure one
-        a, s, d = (float(v) for v in theta)
-        self.calibration = (a, s, d)
-        self._pooled = 1.0 / (1.0 + np.exp(-(a + s * self._logit + d * self._later)))
+        a, s, d1, d2 = (float(v) for v in theta)
+        self.calibration = (a, s, d1, d2)
+        self._pooled = 1.0 / (1.0 + np.exp(-(a + s * self._logit + d1 * self._later + d2 * self._deep)))
         self._mean = ((self._hits + self.strength * self._pooled) / (self._total + self.strength)).tolist()

@@ -131,9 +131,9 @@ class DraftBudget:
     def __init__(self, schedule: AdaptiveSchedule, model: AcceptanceModel) -> None:
         self._schedule, self._model = schedule, model
 
-    def confidence(self, bucket: int, later: bool = False) -> float:
-        """Calibrated acceptance of a token in ``bucket``; ``later``: not the first of its proposal."""
-        return self._model.confidence(bucket, later)
+    def confidence(self, bucket: int, position: int = 0) -> float:
+        """Calibrated acceptance of a token in ``bucket`` at ``position`` in its proposal (0: the first)."""
+        return self._model.confidence(bucket, position)
 
     @property
     def min_confidence(self) -> float:
@@ -399,10 +399,9 @@ class AdaptiveSchedule:
         for bucket, w in enumerate(weights):
             if w <= 0:
                 continue
-            c, later = model.confidence(bucket), model.confidence(bucket, True)
             best, gain, reach = 0.0, 0.0, 1.0
             for h in range(1, min(self.c.lookahead, self.k_max) + 1):
-                reach *= c if h == 1 else later
+                reach *= model.confidence(bucket, h - 1)
                 gain += reach
                 best = max(best, gain - lam * (costs[h] - costs[0] + self._switch * (1.0 - reach) + d * (h - 1)))
             value += w / total * best
@@ -449,7 +448,7 @@ class AdaptiveSchedule:
         chain = []  # (expected tokens, chance all so far accepted) of verifying j = 1, 2, ... tokens
         expected, reach = 1.0, 1.0
         for j, bucket in enumerate(buckets[:longest]):
-            reach *= model.confidence(bucket, j > 0)
+            reach *= model.confidence(bucket, j)
             expected += reach
             chain.append((expected, reach))
         # After a plain step, a verify pass makes the next plain step pay the switch, unless all its

@@ -206,9 +206,9 @@ def test_acceptance_model_counts_the_first_rejection_and_nothing_after():
     model = AcceptanceModel([0.5, 0.5, 0.5], strength=2.0)
     model.update([0, 1, 2], accepted=1)  # bucket 0 accepted, bucket 1 rejected, bucket 2 never decided
     assert model.confidence(0) == pytest.approx(2 / 3)
-    assert model.confidence(1, later=True) == pytest.approx(1 / 3)  # a token after the first
+    assert model.confidence(1, 1) == pytest.approx(1 / 3)  # a token after the first
     assert model.confidence(1) == pytest.approx(0.5)  # as a first token, bucket 1 is unseen
-    assert model.confidence(2) == pytest.approx(0.5) and model.confidence(2, later=True) == pytest.approx(0.5)
+    assert model.confidence(2) == pytest.approx(0.5) and model.confidence(2, 1) == pytest.approx(0.5)
     assert model.observations == [1, 1, 0]
 
 
@@ -224,8 +224,8 @@ def test_acceptance_model_learns_that_acceptance_is_bursty():
         model.update([first, *rest], accepted)
     assert model.calibration[2] > 1.0
     for bucket in range(3):
-        assert model.confidence(bucket, later=True) > model.confidence(bucket) + 0.15, bucket
-    assert model.confidence(0, later=True) > 0.85
+        assert model.confidence(bucket, 1) > model.confidence(bucket) + 0.15, bucket
+    assert model.confidence(0, 1) > 0.85
 
 
 def test_acceptance_model_follows_a_drift():

@@ -128,9 +128,9 @@ class AutoregressiveDrafter(DrafterBase):
             if budget is not None:
                 bucket = _prob_bucket(confidence)
                 buckets.append(bucket)
-                reach *= budget.confidence(bucket, later=len(tokens) > 1)
-                # The next tokens are later ones: guess them as sure as a later token in this bucket.
-                if not budget.keep_drafting(len(tokens), reach, budget.confidence(bucket, later=True)):
+                reach *= budget.confidence(bucket, len(tokens) - 1)
+                # Guess the next tokens as sure as the next one would be in this bucket.
+                if not budget.keep_drafting(len(tokens), reach, budget.confidence(bucket, len(tokens))):
                     break
         if not tokens:
             return NO_PROPOSAL
