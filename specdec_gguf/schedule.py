@@ -2,7 +2,7 @@
 
 The adaptive schedule verifies a token only where its expected gain pays for what it
 costs. Costs come from a measured :class:`~specdec_gguf.profile.CostProfile`, refined
-online; each token's chance of acceptance comes from the drafter's bucket for it,
+online (:mod:`~specdec_gguf.costfit`); each token's chance of acceptance comes from the drafter's bucket for it,
 calibrated online (:class:`~specdec_gguf.confidence.AcceptanceModel`).
 
 Why this rule: generating at the best long-run rate λ (tokens per second) means each
@@ -14,17 +14,15 @@ never below plain decoding's ``1 / T(1)``.
 
 from __future__ import annotations
 
-import statistics
-from collections import deque
 from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
 from .confidence import AcceptanceModel
+from .costfit import DraftPrice, VerifyCosts
 from .errors import ConfigError
 from .guard import GainGuard
 from .profile import CostProfile
 from .proposal import DraftProposal
-from .settings import MAX_CATCH_UP
 
 
 @dataclass(frozen=True)
@@ -193,17 +191,9 @@ class AdaptiveSchedule:
         self.c = c = constants
         self.profile = target_costs
         self.free_drafter = free_drafter
-        # (pass size, seconds, whether the pass before had another size: llama.cpp rebuilt its graph)
-        self._recent: deque[tuple[int, float, bool]] = deque(maxlen=c.cost_window)
-        # A proposal of k tokens costs the draft ``F + k·d``: its first pass also takes in the tokens
-        # committed since (a longer pass, after one of another size), then one-token passes. The
-        # profile gives the shape, recent rounds the scale (``_draft_window``: measured / shape).
-        self._draft_window: deque[float] = deque(maxlen=c.cost_window)
-        self._draft_profile = draft_costs
-        self._draft_shape = None if draft_costs is None else (
-            max(draft_costs.cost(2) + draft_costs.switch_seconds - draft_costs.cost(1), 0.0), draft_costs.cost(1))
-        self.draft_start = self._draft_shape[0] if self._draft_shape else 0.0  # F (seconds)
-        self.draft_per_token = self._draft_shape[1] if self._draft_shape else None  # d (None: not known yet)
+        self._verify = VerifyCosts(target_costs, k_max + 1, window=c.cost_window, refresh_every=c.refresh_costs_every,
+                                   refresh_seconds=c.refresh_costs_seconds)
+        self.draft_price = DraftPrice(draft_costs, window=c.cost_window)
         priors = priors or {}
         self._slot_buckets = {g: not priors.get(g) for g in (True, False)}
         self.models = {g: AcceptanceModel(list(priors.get(g) or [c.slot_prior] * k_max), c.prior_strength,
@@ -223,16 +213,6 @@ class AdaptiveSchedule:
         self._start_value: float | None = None  # cached _first_token_value()
         self._potential_cache: float | None = None
         self._first_scale = 1.0  # the first-bucket counts are stored divided by this (lazy decay)
-        self._costs: list[float] = []
-        self._costs_stale = True
-        self._since_refresh = 0
-        self._since_refresh_seconds = 0.0
-        # The profile's T(n), or n itself without one (then the fit makes it linear in T(1)).
-        self._shape = [target_costs.cost(n) if target_costs is not None else float(n) for n in range(1, k_max + 2)]
-        # What a plain step pays after a verify pass (graph rebuilt), as profiled, then as measured.
-        self._switch_shape = target_costs.switch_seconds if target_costs is not None else 0.0
-        self._switch = 0.0
-        self._last_pass = 0  # size of the latest round's target pass (0: none yet)
         self._rounds_since_plain = 0
         self._full_streak = 0
         self._rounds_since_draft = 0
@@ -255,49 +235,21 @@ class AdaptiveSchedule:
         return costs[n - 1] if n <= len(costs) else costs[-1] + (costs[-1] - costs[-2]) * (n - len(costs))
 
     def _cost_table(self) -> list[float]:
-        """T(n) for n = 1 .. k_max + 1: the profile's shape fitted to recent rounds, refreshed now and then.
-
-        ``T(n) = s·P(n) + e·(n − 1)``: ``s`` is how much slower a one-token pass runs now than when
-        profiled (load, a longer context), ``e`` the extra cost per verified token the profile
-        misses (on small models attention over a longer context grows with n; our own per-token
-        work). Both are medians over the last rounds. Without a profile P(n) = n: linear costs.
-        T(1) is a plain step after a plain step; what one costs more after a verify pass (llama.cpp
-        rebuilds its graph when the pass size changes) is fitted too (``_switch``).
-        """
-        if not self._costs_stale:
-            return self._costs
-        self._costs_stale = False
-        shape, recent = self._shape, self._recent
-        steady = [t / shape[0] for n, t, switched in recent if n == 1 and not switched]
-        # Plain steps that each follow a verify pass: all there is to go on (they include the switch).
-        ones = steady if len(steady) >= 3 else [t / shape[0] for n, t, _ in recent if n == 1]
-        if len(ones) >= 3 or (ones and self.profile is None):
-            scale = statistics.median(ones)
-        elif recent:
-            scale = statistics.median(t / shape[n - 1] for n, t, _ in recent)
-        elif self.profile is not None:
-            scale = 1.0
-        else:
-            self._costs = []  # nothing known: the first round is a plain step that measures T(1)
-            return self._costs
-        extra = [(t - scale * shape[n - 1]) / (n - 1) for n, t, _ in recent if n > 1]
-        per_token = statistics.median(extra) if len(extra) >= 3 else 0.0
-        after = [t - scale * shape[0] for n, t, switched in recent if n == 1 and switched]
-        self._switch = max(statistics.median(after), 0.0) if len(after) >= 3 and ones is steady \
-            else scale * self._switch_shape
-        costs, floor = [], 0.0
-        for i, p in enumerate(shape):
-            floor = max(floor, scale * p + per_token * i, 1e-9)  # a longer pass never costs less
-            costs.append(floor)
-        self._costs = costs
-        self._plain_rate = 1.0 / costs[0]
-        self._min_conf = self._start_value = self._potential_cache = None
+        """T(n) for n = 1 .. k_max + 1, refitted when due (see costfit.VerifyCosts); what depends on it
+        is recomputed then."""
+        fit = self._verify
+        if not fit.stale:
+            return fit.table
+        costs = fit.refit()
+        if costs:
+            self._plain_rate = 1.0 / costs[0]
+            self._min_conf = self._start_value = self._potential_cache = None
         return costs
 
     def switch_cost(self) -> float:
         """Estimated seconds a plain step pays more right after a verify pass (0 before anything is known)."""
         self._cost_table()
-        return self._switch
+        return self._verify.switch
 
     def min_confidence(self) -> float:
         """The smallest constant per-token confidence at which some run of drafted tokens pays
@@ -315,7 +267,7 @@ class AdaptiveSchedule:
                 for bar in need:
                     reach *= c
                     gain += reach
-                    if gain > bar + lam * self._switch * (1.0 - reach):  # (from plain steps: see choose)
+                    if gain > bar + lam * self._verify.switch * (1.0 - reach):  # (from plain steps: see choose)
                         pays = True
                         break
                     if reach < 1e-3:
@@ -333,7 +285,7 @@ class AdaptiveSchedule:
     # -- decisions --------------------------------------------------------------------------------
     def next_k(self, room: int) -> int:
         self._probing = False
-        costs = self._costs if not self._costs_stale else self._cost_table()
+        costs = self._cost_table()
         if not costs:
             return 0  # measure a plain pass first
         if self.profile is None and self._rounds_since_plain >= self.c.plain_refresh:
@@ -363,12 +315,9 @@ class AdaptiveSchedule:
 
     def _probe_affordable(self, plain_step: float) -> bool:
         """Whether a look now costs at most ``probe_share`` of the plain rounds since the last one."""
-        if self._draft_profile is None or self.draft_per_token is None:
-            return True  # price unknown: looking is how it gets known
-        scale = self.draft_per_token / self._draft_shape[1]  # type: ignore[index]
         since = self._rounds_since_draft
-        price = scale * self._draft_profile.cost(min(since, MAX_CATCH_UP) + 1)
-        return price <= self.c.probe_share * since * plain_step
+        price = self.draft_price.catch_up(since)
+        return price is None or price <= self.c.probe_share * since * plain_step  # unknown: looking tells
 
     def _potential_value(self) -> float:
         """``_potential()``, cached like the start value."""
@@ -378,10 +327,11 @@ class AdaptiveSchedule:
 
     def _potential(self) -> float:
         """What drafting could gain per round if every drafted token were accepted (in tokens)."""
-        if self.draft_per_token is None:
+        d = self.draft_price.per_token
+        if d is None:
             return 1.0  # unknown price: worth finding out
-        lam, costs, d = self.rate(), self._cost_table(), self.draft_per_token
-        return max(h - lam * (costs[h] - costs[0] + self.draft_start + d * h) for h in range(1, self.k_max + 1))
+        lam, costs, start = self.rate(), self._cost_table(), self.draft_price.start
+        return max(h - lam * (costs[h] - costs[0] + start + d * h) for h in range(1, self.k_max + 1))
 
     def _first_token_value(self) -> float:
         """Expected gain of drafting one token and then deciding, minus its price (in tokens).
@@ -389,9 +339,10 @@ class AdaptiveSchedule:
         Averages, over how often each bucket came first (with a prior as pseudo-counts),
         the best that verifying a run of such tokens could gain.
         """
-        if self.draft_per_token is None:
+        d = self.draft_price.per_token
+        if d is None:
             return -1.0  # unknown price: only looks draft until it is measured
-        lam, costs, d = self.rate(), self._cost_table(), self.draft_per_token
+        lam, costs, switch = self.rate(), self._cost_table(), self._verify.switch
         model = self.models[self._greedy]
         weights = self._first_seen[self._greedy]
         total = sum(weights)
@@ -403,9 +354,9 @@ class AdaptiveSchedule:
             for h in range(1, min(self.c.lookahead, self.k_max) + 1):
                 reach *= model.confidence(bucket, h - 1)
                 gain += reach
-                best = max(best, gain - lam * (costs[h] - costs[0] + self._switch * (1.0 - reach) + d * (h - 1)))
+                best = max(best, gain - lam * (costs[h] - costs[0] + switch * (1.0 - reach) + d * (h - 1)))
             value += w / total * best
-        return value - lam * (self.draft_start + d)
+        return value - lam * (self.draft_price.start + d)
 
     def budget(self, greedy: bool) -> DraftBudget | None:
         # None without drafter priors: its buckets mean nothing here; estimate per slot instead.
@@ -418,7 +369,7 @@ class AdaptiveSchedule:
         if not costs or drafted >= self.k_max:
             return False
         lam = self.rate()
-        per_token = self.draft_per_token or 0.0
+        per_token = self.draft_price.per_token or 0.0
         base = costs[drafted]
         gain = 0.0
         for h in range(1, min(self.c.lookahead, self.k_max - drafted) + 1):
@@ -455,7 +406,7 @@ class AdaptiveSchedule:
         # tokens are accepted and the drafter drafts on (not a probe): the switch is then the later
         # rounds' to pay (one per run of verify passes). After a verify pass the next plain step
         # pays it anyway.
-        entry = self._switch if self._last_pass == 1 else 0.0
+        entry = self._verify.switch if self._verify.after_plain else 0.0
         goes_on = 0.0 if self._probing else 1.0
         lam = min(lam, max([1.0 / costs[0]] + [e / (costs[j] + entry * (1.0 - goes_on * r))
                                                for j, (e, r) in enumerate(chain, start=1)]))
@@ -484,20 +435,8 @@ class AdaptiveSchedule:
     # -- learning -----------------------------------------------------------------------------------
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
                 draft_seconds: float, verify_seconds: float, first_matched: bool | None = None) -> None:
-        size, seconds = verified + 1, draft_seconds + verify_seconds
-        self._recent.append((size, verify_seconds, size != self._last_pass))
-        self._last_pass = size
-        self._since_refresh += 1
-        self._since_refresh_seconds += seconds
-        if not self._costs_stale:  # (the checks below only decide to make it stale)
-            if not self._costs or (self._since_refresh >= self.c.refresh_costs_every
-                                   and self._since_refresh_seconds >= self.c.refresh_costs_seconds):
-                self._costs_stale = True
-            elif verified and verified < len(self._costs):
-                predicted = self._costs[verified]
-                self._costs_stale = abs(verify_seconds - predicted) > 0.5 * predicted  # refit when far off
-            if self._costs_stale:
-                self._since_refresh, self._since_refresh_seconds = 0, 0.0
+        seconds = draft_seconds + verify_seconds
+        self._verify.record(verified + 1, verify_seconds, seconds)
         if verified:
             self._verify_cap = max(self._verify_cap, 2 * verified)
             self._full_streak = self._full_streak + 1 if accepted == verified else 0
@@ -514,14 +453,7 @@ class AdaptiveSchedule:
         self._rounds_since_draft = 0
         self._start_value = self._potential_cache = None  # drafted: price and first tokens moved
         if not self.free_drafter and draft_seconds > 0:
-            if self._draft_shape is None:
-                self._draft_window.append(draft_seconds / drafted)
-                self.draft_per_token = statistics.median(self._draft_window)
-            else:
-                start, per_token = self._draft_shape
-                self._draft_window.append(draft_seconds / (start + drafted * per_token))
-                scale = statistics.median(self._draft_window)
-                self.draft_start, self.draft_per_token = scale * start, scale * per_token
+            self.draft_price.record(drafted, draft_seconds)
         buckets = proposal.buckets if proposal.buckets is not None and not self._slot_buckets[greedy] \
             else range(drafted)
         if not self.free_drafter:  # only a costly drafter's start decision reads these counts

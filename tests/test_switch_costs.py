@@ -83,11 +83,11 @@ def test_a_draft_proposal_costs_a_start_and_a_price_per_token():
     target = CostProfile({1: 4 * MS, 2: 6 * MS, 3: 7 * MS, 5: 8 * MS, 9: 10 * MS})
     draft = CostProfile({1: 0.1 * MS, 2: 0.3 * MS}, switch_seconds=0.05 * MS)  # F = 0.3 + 0.05 - 0.1
     schedule = AdaptiveSchedule(8, target_costs=target, draft_costs=draft, priors={True: [0.9], False: [0.9]})
-    assert (schedule.draft_start, schedule.draft_per_token) == pytest.approx((0.25 * MS, 0.1 * MS))
+    assert (schedule.draft_price.start, schedule.draft_price.per_token) == pytest.approx((0.25 * MS, 0.1 * MS))
     for k in range(1, 9):
         proposal = DraftProposal(tokens=(1,) * k, buckets=(0,) * k)
         schedule.observe(proposal, 0, 0, 1, True, 2 * (0.25 + 0.1 * k) * MS, 4 * MS)
-    assert (schedule.draft_start, schedule.draft_per_token) == pytest.approx((0.5 * MS, 0.2 * MS))
+    assert (schedule.draft_price.start, schedule.draft_price.per_token) == pytest.approx((0.5 * MS, 0.2 * MS))
 
 
 def test_a_costly_drafter_does_not_look_again_when_the_generation_is_nearly_done():

@@ -1,0 +1,133 @@
+"""Online cost fits: what a target pass and a draft proposal cost now, from a profile and recent rounds.
+
+A :class:`~specdec_gguf.profile.CostProfile` is measured once, at a short context, on a
+quiet machine; a run's passes cost what load, context length and the order of pass sizes
+make them. These fits keep the profile's shape and learn its scale from the last rounds.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+
+from .profile import CostProfile
+from .settings import MAX_CATCH_UP
+
+
+class VerifyCosts:
+    """T(n), the seconds of a target pass over n tokens (n = 1 .. ``sizes``), and the switch.
+
+    ``T(n) = s·P(n) + e·(n − 1)``: ``s`` is how much slower a one-token pass runs now than when
+    profiled (load, a longer context), ``e`` the extra cost per verified token the profile
+    misses (on small models attention over a longer context grows with n; our own per-token
+    work). Both are medians over the last ``window`` rounds. Without a profile P(n) = n: linear
+    costs. T(1) is a plain step after a plain step; ``switch`` is what one costs more after a
+    verify pass (llama.cpp rebuilds its compute graph when the pass size changes), fitted from
+    plain steps after verify passes. The table is rebuilt after ``refresh_every`` rounds and
+    ``refresh_seconds`` of them (both), or at once when a pass cost far from what it said.
+    """
+
+    def __init__(self, profile: CostProfile | None, sizes: int, *, window: int, refresh_every: int,
+                 refresh_seconds: float) -> None:
+        self.profile = profile
+        self.refresh_every, self.refresh_seconds = refresh_every, refresh_seconds
+        # The profile's T(n), or n itself without one (then the fit makes it linear in T(1)).
+        self._shape = [profile.cost(n) if profile is not None else float(n) for n in range(1, sizes + 1)]
+        self._switch_shape = profile.switch_seconds if profile is not None else 0.0
+        # (pass size, seconds, whether the pass before had another size: llama.cpp rebuilt its graph)
+        self._recent: deque[tuple[int, float, bool]] = deque(maxlen=window)
+        self._last_pass = 0  # size of the latest pass (0: none yet)
+        self.table: list[float] = []  # T(1), T(2), ...: valid while not ``stale``
+        self.switch = 0.0
+        self.stale = True
+        self._since_refresh = 0
+        self._since_refresh_seconds = 0.0
+
+    @property
+    def after_plain(self) -> bool:
+        """Whether the latest pass was a plain step (a verify pass now makes the next one pay the switch)."""
+        return self._last_pass == 1
+
+    def record(self, size: int, seconds: float, round_seconds: float) -> None:
+        """A target pass over ``size`` tokens took ``seconds`` (its round ``round_seconds``)."""
+        self._recent.append((size, seconds, size != self._last_pass))
+        self._last_pass = size
+        self._since_refresh += 1
+        self._since_refresh_seconds += round_seconds
+        if self.stale:
+            return  # (the checks below only decide to make it stale)
+        if not self.table or (self._since_refresh >= self.refresh_every
+                              and self._since_refresh_seconds >= self.refresh_seconds):
+            self.stale = True
+        elif 1 < size <= len(self.table):
+            predicted = self.table[size - 1]
+            self.stale = abs(seconds - predicted) > 0.5 * predicted  # refit when far off
+        if self.stale:
+            self._since_refresh, self._since_refresh_seconds = 0, 0.0
+
+    def refit(self) -> list[float]:
+        """Rebuild ``table`` and ``switch`` from the recent passes (empty: nothing known yet)."""
+        self.stale = False
+        shape, recent = self._shape, self._recent
+        steady = [t / shape[0] for n, t, switched in recent if n == 1 and not switched]
+        # Plain steps that each follow a verify pass: all there is to go on (they include the switch).
+        ones = steady if len(steady) >= 3 else [t / shape[0] for n, t, _ in recent if n == 1]
+        if len(ones) >= 3 or (ones and self.profile is None):
+            scale = statistics.median(ones)
+        elif recent:
+            scale = statistics.median(t / shape[n - 1] for n, t, _ in recent)
+        elif self.profile is not None:
+            scale = 1.0
+        else:
+            self.table = []  # nothing known: the first round is a plain step that measures T(1)
+            return self.table
+        extra = [(t - scale * shape[n - 1]) / (n - 1) for n, t, _ in recent if n > 1]
+        per_token = statistics.median(extra) if len(extra) >= 3 else 0.0
+        after = [t - scale * shape[0] for n, t, switched in recent if n == 1 and switched]
+        self.switch = max(statistics.median(after), 0.0) if len(after) >= 3 and ones is steady \
+            else scale * self._switch_shape
+        table, floor = [], 0.0
+        for i, p in enumerate(shape):
+            floor = max(floor, scale * p + per_token * i, 1e-9)  # a longer pass never costs less
+            table.append(floor)
+        self.table = table
+        return table
+
+
+class DraftPrice:
+    """What a draft model's proposal of k tokens costs: ``start + k·per_token`` seconds.
+
+    Its first pass also takes in the tokens committed since the last proposal (a longer
+    pass, after one of another size), then one pass per token. The draft's profile gives
+    the shape (``start`` = T(2) + switch − T(1), ``per_token`` = T(1)), the last ``window``
+    proposals the scale (median of measured / shaped). Without a profile: no start, and
+    ``per_token`` the median measured price per drafted token (None until one is measured).
+    Priced by the average per drafted token, short proposals' first passes made every further
+    token look 1.7-2.5x dearer than it is.
+    """
+
+    def __init__(self, profile: CostProfile | None, *, window: int) -> None:
+        self.profile = profile
+        self._window: deque[float] = deque(maxlen=window)
+        self._shape = None if profile is None else (
+            max(profile.cost(2) + profile.switch_seconds - profile.cost(1), 0.0), profile.cost(1))
+        self.start = self._shape[0] if self._shape else 0.0
+        self.per_token: float | None = self._shape[1] if self._shape else None
+
+    def record(self, drafted: int, seconds: float) -> None:
+        """A proposal of ``drafted`` tokens took ``seconds`` to draft."""
+        if self._shape is None:
+            self._window.append(seconds / drafted)
+            self.per_token = statistics.median(self._window)
+            return
+        start, per_token = self._shape
+        self._window.append(seconds / (start + drafted * per_token))
+        scale = statistics.median(self._window)
+        self.start, self.per_token = scale * start, scale * per_token
+
+    def catch_up(self, tokens: int) -> float | None:
+        """Seconds to take in ``tokens`` committed tokens and draft one (None: no profile to say)."""
+        if self._shape is None or self.per_token is None:
+            return None
+        scale = self.per_token / self._shape[1]
+        return scale * self.profile.cost(min(tokens, MAX_CATCH_UP) + 1)  # type: ignore[union-attr]
