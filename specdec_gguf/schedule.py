@@ -2,8 +2,8 @@
 
 The adaptive schedule verifies a token only where its expected gain pays for what it
 costs. Costs come from a measured :class:`~specdec_gguf.profile.CostProfile`, refined
-online (:mod:`~specdec_gguf.costfit`); each token's chance of acceptance comes from the drafter's bucket for it,
-calibrated online (:class:`~specdec_gguf.confidence.AcceptanceModel`).
+online (:mod:`~specdec_gguf.costfit`); each token's chance of acceptance comes from the
+drafter's bucket for it, calibrated online (:class:`~specdec_gguf.confidence.AcceptanceModel`).
 
 Why this rule: generating at the best long-run rate λ (tokens per second) means each
 round should maximise ``E(k) − λ·C(k)`` (renewal-reward / Dinkelbach), where
