@@ -58,14 +58,15 @@ def run_case(name: str, target_path: Path, draft_path: Path | None, kind: str, p
             if e is not None:
                 e.close()
     texts = dict(prompts)
-    for peer in list(peers):
+    ran = []  # the peers that reported on this case
+    for peer in peers:
         try:
             trials += run_peer_trials(peer.name, lambda pid, toks, p=peer: p.run(texts[pid], n).throughput,
                                       tokenized, repeats)
         except EngineError as err:  # a peer that fails on one case must not cost the whole matrix
             print(f"  ({name}, n={n}, t={threads}: {peer.name} left out: {err})", flush=True)
-            peers.remove(peer)
             continue
+        ran.append(peer)
         strats.append(Strategy(peer.name, DrafterSettings(kind=kind), peer=True))  # type: ignore[arg-type]
     reports = {r.name: r for r in summarize(trials, strats)}
     adaptive = reports[strats[len(ks) + 1].name]
@@ -75,7 +76,7 @@ def run_case(name: str, target_path: Path, draft_path: Path | None, kind: str, p
            "plain_tok_s": reports["plain"].median_throughput,
            "peers": {p.name: {pid: adaptive.per_prompt_speedup[pid] / reports[p.name].per_prompt_speedup[pid]
                               for pid in adaptive.per_prompt_speedup if reports[p.name].per_prompt_speedup.get(pid)}
-                     for p in peers}}
+                     for p in ran}}
     worst = min(row["adaptive_vs_plain"].values())
     print(f"{name:<12} {kind:<13} {prompt_set:<8} n={n:<4} t={threads}  plain {row['plain_tok_s']:7.1f} tok/s  "
           f"adaptive/plain {adaptive.speedup:.2f}x (worst {worst:.2f}x)  "
