@@ -12,6 +12,7 @@ for adaptive and fixed k, and adaptive's ratio to the best fixed k.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -37,6 +38,9 @@ def main() -> None:
     parser.add_argument("--traces", type=Path, help="recorded traces (JSONL) to add to the synthetic ones")
     parser.add_argument("-n", default="64,256", help="answer lengths (comma-separated)")
     parser.add_argument("--drafter", choices=["prompt-lookup", "draft-model"], default="prompt-lookup")
+    parser.add_argument("--draft-style", choices=["informative", "underconfident"], default="informative",
+                        help="the simulated draft's confidences (see simulation.draft_pattern)")
+    parser.add_argument("--agreement", type=float, default=0.8, help="the simulated draft's agreement in easy stretches")
     parser.add_argument("--only-recorded", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -48,9 +52,10 @@ def main() -> None:
     for n in [int(x) for x in args.n.split(",")]:
         for curve in CURVES:
             for trace in traces:
-                plain = simulate(trace, curve, n, 0, drafter=args.drafter)
-                adaptive = simulate(trace, curve, n, None, drafter=args.drafter)
-                fixed = {k: simulate(trace, curve, n, k, drafter=args.drafter) for k in ks}
+                run = functools.partial(simulate, trace, curve, n, drafter=args.drafter,
+                                        agreement=args.agreement, draft_style=args.draft_style)
+                plain, adaptive = run(0), run(None)
+                fixed = {k: run(k) for k in ks}
                 best_k = min(fixed, key=fixed.get)
                 rows.append({"n": n, "curve": curve, "trace": trace.id, "adaptive": plain / adaptive,
                              "best_fixed": plain / fixed[best_k], "best_k": best_k,

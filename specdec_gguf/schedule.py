@@ -218,6 +218,7 @@ class AdaptiveSchedule:
         self._rounds_since_draft = 0
         self._probe_interval = c.probe_interval
         self._probing = False  # this round drafts only to look (a costly drafter that doesn't pay)
+        self._look_again = False  # the last look's first token was right
         self.guard = GainGuard(window=c.guard_window, min_rounds=c.guard_min_rounds, tolerance=c.guard_tolerance,
                                slack=c.guard_slack, first_pause=c.probe_interval, max_pause=c.guard_max_pause)
         self._greedy = True  # the policy of the latest round (what next_k plans for)
@@ -305,8 +306,8 @@ class AdaptiveSchedule:
             self._probe_interval = self.c.probe_interval
             self.guard.asked()
             return self.k_max
-        if self._rounds_since_draft >= self._probe_interval and room > self.c.probe_interval \
-                and self._probe_affordable(costs[0]) and self._potential_value() > self.c.margin:
+        if (self._look_again or self._rounds_since_draft >= self._probe_interval and self._probe_affordable(costs[0])) \
+                and room > self.c.probe_interval and self._potential_value() > self.c.margin:
             self._probe_interval = min(2 * self._probe_interval, self.c.max_probe_interval)
             self._probing = True
             self.guard.asked()
@@ -447,6 +448,10 @@ class AdaptiveSchedule:
         self._rounds_since_plain = 0 if verified == 0 else self._rounds_since_plain + 1
         drafted = len(proposal.tokens)
         self.guard.record(verified, generated, draft_seconds, verify_seconds)
+        # A draft whose first token was right looks again next round, even if drafting doesn't pay on
+        # average: a run of right looks is how a draft whose own probabilities undersell it earns
+        # trust. A wrong one waits as long as before (each look doubles the wait).
+        self._look_again = self._probing and bool(accepted or first_matched)
         if drafted == 0:
             self._rounds_since_draft += 1
             return

@@ -8,6 +8,7 @@ and exact: the simulated target's output is the trace, whatever the policy draft
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -91,9 +92,18 @@ def synthetic_traces(seed: int = 0, vocab: int = 4000) -> list[Trace]:
     return traces
 
 
-def draft_pattern(rng: np.random.Generator, n: int, agreement: float) -> tuple[list[bool], list[float]]:
-    """Where a simulated draft agrees with the target, and its confidence: easy and hard stretches,
-    a confidence that is informative but noisy (a draft is often sure of itself when wrong)."""
+DraftStyle = Literal["informative", "underconfident"]
+
+
+def draft_pattern(rng: np.random.Generator, n: int, agreement: float,
+                  style: DraftStyle = "informative") -> tuple[list[bool], list[float]]:
+    """Where a simulated draft agrees with the target, and its confidence: easy and hard stretches.
+
+    ``informative``: a confidence that is informative but noisy (a draft is often sure of itself
+    when wrong). ``underconfident``: low and telling nothing, whether right or wrong (a draft with
+    random or distilled weights: the matrix's tiny-wide pair, right 85-90% of the time at top
+    probabilities of 0.05-0.5), so only the calibration can find out that it pays.
+    """
     agree, conf = [], []
     easy = True
     for _ in range(n):
@@ -101,18 +111,22 @@ def draft_pattern(rng: np.random.Generator, n: int, agreement: float) -> tuple[l
             easy = rng.random() < agreement
         a = rng.random() < (0.95 if easy else 0.35)
         agree.append(bool(a))
-        conf.append(float(np.clip(rng.beta(8, 2) if a else rng.beta(3, 3), 0.01, 0.999)))
+        if style == "underconfident":
+            conf.append(float(np.clip(rng.beta(2, 5), 0.01, 0.999)))
+        else:
+            conf.append(float(np.clip(rng.beta(8, 2) if a else rng.beta(3, 3), 0.01, 0.999)))
     return agree, conf
 
 
 def simulate(trace: Trace, curve: str, max_tokens: int, k: int | None, *, drafter: str = "prompt-lookup",
-             agreement: float = 0.8, draft_ratio: float = 0.1, seed: int = 0,
-             schedule: DraftSchedule | None = None) -> float:
+             agreement: float = 0.8, draft_ratio: float = 0.1, draft_style: DraftStyle = "informative",
+             seed: int = 0, schedule: DraftSchedule | None = None) -> float:
     """Simulated generation seconds of one cold run on ``trace``.
 
     ``k`` None: the adaptive schedule (or ``schedule``, if given); 0: plain decoding; else fixed k.
     ``drafter`` "draft-model" simulates a draft agreeing with the target ``agreement`` of the
-    time in easy stretches, costing ``draft_ratio`` of a target pass per token.
+    time in easy stretches, costing ``draft_ratio`` of a target pass per token, with confidences
+    of ``draft_style`` (see :func:`draft_pattern`).
     """
     costs = curve_profile(curve)
     clock = VirtualClock()
@@ -122,7 +136,7 @@ def simulate(trace: Trace, curve: str, max_tokens: int, k: int | None, *, drafte
     if drafter == "prompt-lookup":
         drafting = PromptLookupDrafter()
     else:
-        agree, conf = draft_pattern(np.random.default_rng(seed), len(full), agreement)
+        agree, conf = draft_pattern(np.random.default_rng(seed), len(full), agreement, draft_style)
         base = costs.cost(1)
         draft_costs = CostProfile({1: base * draft_ratio, 2: base * draft_ratio * 1.2})
         drafting = AutoregressiveDrafter(SimulatedDraftEngine(full, agree, conf, trace.n_vocab, draft_costs, clock))

@@ -119,6 +119,29 @@ def test_a_draft_whose_look_costs_too_much_is_not_probed():
     assert looks.index(8) == 207
 
 
+@pytest.mark.parametrize("right", [True, False])
+def test_a_look_whose_first_token_was_right_looks_again_next_round(right):
+    """A draft whose own probabilities undersell it (random or distilled weights: right 85-90% of the
+    time at top probabilities of 0.05-0.5) is only looked at, and one look a long interval is too little
+    evidence to ever trust it. A look whose first token was right looks again the next round; a wrong
+    one waits twice the interval, as before."""
+    target = CostProfile({1: 10 * MS, 2: 10.2 * MS, 3: 10.4 * MS, 5: 10.8 * MS, 9: 11.6 * MS})
+    draft = CostProfile({1: 0.3 * MS, 2: 0.33 * MS})
+    schedule = AdaptiveSchedule(8, target_costs=target, draft_costs=draft, priors={True: [0.1], False: [0.1]})
+    interval = schedule.c.probe_interval
+    for _ in range(interval):
+        assert schedule.next_k(1000) == 0
+        schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 10 * MS)
+    assert schedule.next_k(1000) == 8  # a look
+    look = DraftProposal(tokens=(5,), buckets=(0,))
+    schedule.observe(look, 0, 0, 1, True, 0.3 * MS, 10 * MS, first_matched=right)
+    waits = 0
+    while schedule.next_k(1000) == 0:
+        schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 10 * MS)
+        waits += 1
+    assert waits == (0 if right else 2 * interval)
+
+
 def test_the_simulated_target_charges_the_switch():
     clock = VirtualClock()
     costs = CostProfile({1: 1.0, 3: 2.0}, switch_seconds=0.5)
