@@ -77,6 +77,24 @@ def test_the_guard_charges_a_verify_pass_with_the_dearer_plain_step_after_it(aft
     assert guard.paused() == (after > 1.0)
 
 
+@pytest.mark.parametrize("search", [0.01, 0.04])
+def test_searches_that_never_verify_pause_once_they_cost_more_than_the_tolerance(search):
+    """Prompt lookup on open text with a tiny model: every round searches (4% of a plain step here,
+    4-8% measured at 140 us passes) and nothing is ever verified. That is no bet's noisy outcome but
+    measured time, so a full window of such rounds pauses drafting with no slack. Negative control:
+    searches at 1% (within the 2% tolerance) go on. Fails with the slack (0.04 * 24 = 0.96 tokens)."""
+    guard = _guard()
+    guard.record(0, 1, 0.0, 1 * MS)
+    paused_at = None
+    for round_ in range(48):
+        if guard.paused():
+            paused_at = round_
+            break
+        guard.asked()
+        guard.record(0, 1, search * MS, 1 * MS)
+    assert paused_at == (24 if search > 0.02 else None)
+
+
 def test_a_draft_proposal_costs_a_start_and_a_price_per_token():
     """Proposals of 1..8 tokens each cost twice the draft profile's F + k·d: both parts scale, so the price
     of one more drafted token stays d (not the average price of a short proposal, which includes F)."""
