@@ -47,7 +47,8 @@ class Trace:
 
 
 def synthetic_traces(seed: int = 0, vocab: int = 4000) -> list[Trace]:
-    """Copies with edits, short chat-like answers and open text, with the phrase reuse real text has."""
+    """Copies with edits, short chat-like answers, a copy with one word renamed everywhere and open text,
+    with the phrase reuse real text has."""
     rng = np.random.default_rng(seed)
 
     def words(n: int) -> list[int]:
@@ -87,6 +88,11 @@ def synthetic_traces(seed: int = 0, vocab: int = 4000) -> list[Trace]:
                   1: text(8) + src[10:40] + text(30),  # quote a part, then explain
                   2: text(80)}[i]  # an open answer
         traces.append(Trace(f"chat-short-{i}", text(25) + src + text(10), answer, vocab))
+    src = text(150)
+    counts = {t: src.count(t) for t in set(src)}
+    old = min((t for t, c in counts.items() if 3 <= c <= 8), key=lambda t: (abs(counts[t] - 5), t))
+    renamed = [vocab - 5 if t == old else t for t in src]  # a word of its own, renamed everywhere
+    traces.append(Trace("copy-rename", text(20) + src + text(8), renamed + text(40), vocab))
     for i in range(2):
         traces.append(Trace(f"open-{i}", text(30), text(300), vocab))
     return traces

@@ -115,3 +115,68 @@ def test_index_memory_is_linear_in_the_context():
     assert size / len(tokens) < 16 * 100  # bytes per token: about one dict slot, key and position per n
     with pytest.raises(ConfigError, match="max_ngram"):
         PromptLookupDrafter(max_ngram=1_000_000)
+
+
+def _copy_rounds(drafter: PromptLookupDrafter, prompt: list[int], output: list[int], k: int = 8) -> list[int]:
+    """Greedy rounds against a known output, as the decoder runs them: the source tokens each rejected
+    proposal had where the output went elsewhere."""
+    drafter.start(prompt)
+    done, rejected = 0, []
+    while done < len(output):
+        proposal = drafter.propose(k).tokens
+        accepted = 0
+        while accepted < len(proposal) and done + accepted < len(output) and proposal[accepted] == output[done + accepted]:
+            accepted += 1
+        if accepted < len(proposal) and done + accepted < len(output):
+            rejected.append(proposal[accepted])
+        committed = output[done:done + accepted + 1]
+        drafter.accept(accepted, committed)
+        done += len(committed)
+    return rejected
+
+
+USERS, RECORDS = 50, 60
+LEAD = [100, 101, 102, 103, 104, 105, 106, 107, 108, 109]  # copied first: an edit needs a copy run to learn from
+SOURCE = LEAD + [1, 2, 3, USERS, 4, 5, 6, USERS, 7, 8, 9, USERS, 10, 11]
+
+
+def test_a_copy_with_a_rename_learns_the_rename():
+    """The output copies the source with every USERS renamed to RECORDS: the first rename is a surprise;
+    the proposal before the second stops there (the target's own token confirms the rename) and the
+    third is drafted. Fails without edits (all three proposals say USERS)."""
+    output = [RECORDS if t == USERS else t for t in SOURCE]
+    drafter = PromptLookupDrafter()
+    assert _copy_rounds(drafter, SOURCE + [200, 201], output) == [USERS]
+    drafter.start(SOURCE + [200, 201])  # a new generation: edits belong to the one they were seen in
+    assert drafter._edits == {}
+
+
+def test_an_edit_the_output_does_not_make_again_costs_nothing():
+    """Only the first occurrence is renamed: at the second the proposal stops before the span, the
+    target keeps USERS, the edit is forgotten and the copy goes on from the source (the third
+    occurrence, changed to 70, is an ordinary surprise). Fails if unconfirmed edits were drafted
+    (RECORDS rejected at the second occurrence)."""
+    first, second, third = (i for i, t in enumerate(SOURCE) if t == USERS)
+    output = list(SOURCE)
+    output[first] = RECORDS
+    output[third] = 70
+    assert _copy_rounds(PromptLookupDrafter(), SOURCE + [200, 201], output) == [USERS, USERS]
+
+
+def test_multi_token_edits_are_learned_but_not_deletions():
+    """A two-token span replaced by three tokens is learned from the first occurrence and proposed at
+    the second. A deletion is not learned: a span dropped once (a common token in an edit) is rarely
+    dropped everywhere, and proposing it dropped cost a rejection each time."""
+    a, b = 30, 31
+    source = LEAD + [1, 2, a, b, 3, 4, 5, 6, a, b, 7, 8, 9, 10]
+    longer = [x for t in source for x in ((61, 62, 63) if t == a else () if t == b else (t,))]
+    assert _copy_rounds(PromptLookupDrafter(), source + [200, 201], longer) == [a]
+    shorter = [t for t in source if t not in (a, b)]
+    assert _copy_rounds(PromptLookupDrafter(), source + [200, 201], shorter) == [a, a]
+
+
+def test_an_edit_in_open_text_is_not_learned():
+    """A chance match (fewer than 8 tokens followed) that the output leaves is no copy: nothing learned."""
+    source = [1, 2, 3, USERS, 4, 5, 6, 7, USERS, 8, 9]
+    output = [RECORDS if t == USERS else t for t in source]
+    assert _copy_rounds(PromptLookupDrafter(), source + [200, 201], output).count(USERS) == 2

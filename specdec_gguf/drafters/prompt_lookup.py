@@ -16,6 +16,9 @@ MAX_MATCH = 64  # a match is measured back this far at most: longer ones are equ
 CANDIDATES = 8  # latest occurrences of the tail n-gram compared per lookup (bounded work per round)
 SEPARATOR = -1  # between remembered documents, so no match runs across two of them
 MAX_SKIP = 4  # after failed searches, skip up to half this many rounds before searching again
+MAX_EDIT = 8  # tokens: the longest span an edit learned from a copy may replace, or put in its place
+MAX_EDITS = 16  # edits remembered per generation (the oldest is forgotten first)
+MIN_EDIT_RUN = 8  # tokens of its source the output followed right before an edit: shorter runs are not copies
 
 # Confidence buckets: a drafted token's effective match length m (the matched tail length plus
 # the tokens before it in the proposal: if those are accepted the match grows by them), whether
@@ -130,6 +133,14 @@ class PromptLookupDrafter(DrafterBase):
     ``num_pred_tokens`` caps a proposal (None: the decoder's k decides). The proposal is
     deterministic, so q is one-hot.
 
+    Copies with edits learn the edits: where the output copied its source, wrote a few tokens
+    differently (a renamed variable, a replaced word) and went on copying, the source span and
+    what the output wrote instead are remembered. A proposal stops before the next such span
+    (the target's own token there shows whether the edit is made again, at no cost); once it
+    was, proposals draft the replacement (every later ``users`` of a rename to ``records``, each
+    ``council`` of a rewrite). An edit the output does not make is forgotten, and the copy
+    goes on from the source.
+
     ``memory_tokens`` > 0 also remembers earlier generations' contexts (prompt and output,
     the most recent ``memory_tokens`` tokens of them) and drafts from them when they match
     longer, as SuffixDecoding does: repeated edits and agent loops quote what was seen before.
@@ -154,6 +165,12 @@ class PromptLookupDrafter(DrafterBase):
         self._memory = _Index(min_ngram, max_ngram, separated=True)
         self._docs: list[list[int]] = []  # remembered contexts, oldest first
         self._src: tuple[_Index, int] | None = None  # (where, position) the last proposal continued from
+        self._pending: tuple[int, ...] = ()  # the rest of an edit's replacement, proposed before the source
+        self._edits: dict[tuple[int, ...], tuple[int, ...]] = {}  # source span -> what the output wrote
+        self._edit_starts: dict[int, list[tuple[int, ...]]] = {}  # first token -> spans starting with it
+        self._confirmed: set[tuple[int, ...]] = set()  # spans whose edit the output made again: drafted
+        self._refuted: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()  # edits the output did not make
+        self._prompt_length = 0
         self._match = 0
         self._ambiguous = False
         self._full = False  # the last round's committed tokens all followed the source (a copy run)
@@ -172,7 +189,9 @@ class PromptLookupDrafter(DrafterBase):
             self._remember(self._ctx.tokens)
         self._ctx = _Index(self.min_ngram, self.max_ngram)
         self._ctx.extend(prompt_tokens)
-        self._src, self._match, self._full = None, 0, False
+        self._src, self._pending, self._match, self._full = None, (), 0, False
+        self._edits, self._edit_starts, self._confirmed, self._refuted = {}, {}, set(), set()  # per generation
+        self._prompt_length = len(prompt_tokens)  # edits are learned from the output only
         self._misses = self._skip_searches = 0
 
     def propose(self, max_tokens: int, policy: VerificationPolicy | None = None,
@@ -182,27 +201,58 @@ class PromptLookupDrafter(DrafterBase):
         if max_tokens <= 0 or not self._find(self._shortest_useful(budget)):
             return NO_PROPOSAL
         where, start = self._src  # type: ignore[misc]
-        tokens = where.tokens[start:start + max_tokens]
-        if where.separated and SEPARATOR in tokens:
-            tokens = tokens[:tokens.index(SEPARATOR)]
+        spans: list[tuple[int, ...] | None] = []
+        if self._edits:
+            tokens, _, spans = self._continuation(where, start, self._pending, max_tokens, hedge=True)
+        else:
+            tokens = where.tokens[start:start + max_tokens]
+            if where.separated and SEPARATOR in tokens:
+                tokens = tokens[:tokens.index(SEPARATOR)]
         if not tokens:
             return NO_PROPOSAL
         buckets = _buckets(self._match, len(tokens), self._full, self._ambiguous) if budget is not None else None
+        if buckets is not None and any(spans):
+            # The source said otherwise where an edit is made: such tokens are as unsure as an ambiguous match.
+            buckets = tuple(b if span is None else b | 1 for b, span in zip(buckets, spans))
         return DraftProposal(tokens=tuple(tokens), buckets=buckets)
 
     def accept(self, n_accepted: int, committed: Sequence[int]) -> None:
         self._ctx.extend(committed)
         # Keep following the same source while what was committed agrees with it (a copy run).
         self._full = False
-        if self._src is not None:
-            where, start = self._src
+        if self._src is None:
+            return
+        where, start = self._src
+        committed = list(committed)
+        if not self._edits:
             stop = start + len(committed)
-            if stop < len(where.tokens) and where.tokens[start:stop] == list(committed) \
-                    and where.tokens[stop] != SEPARATOR:
+            if stop < len(where.tokens) and where.tokens[start:stop] == committed and where.tokens[stop] != SEPARATOR:
                 self._src, self._full = (where, stop), True
                 self._match = min(self._match + len(committed), MAX_MATCH)
                 return
-        self._src = None
+            self._src = None
+            return
+        while True:
+            stream, states, spans = self._continuation(where, start, self._pending, len(committed) + 1)
+            agree = next((i for i, (a, b) in enumerate(zip(committed, stream)) if a != b),
+                         min(len(committed), len(stream)))
+            for i in range(agree):
+                if spans[i] is not None and not states[i][1]:
+                    self._confirmed.add(spans[i])  # the output made the edit again: propose it from now on
+            if agree == len(committed) and len(stream) > agree:  # (the source goes on past what was committed)
+                position, pending = states[agree - 1] if agree else (start, self._pending)
+                self._src, self._pending, self._full = (where, position), pending, True
+                self._match = min(self._match + len(committed), MAX_MATCH)
+                return
+            if agree < len(committed) and agree < len(stream) and spans[agree] is not None:
+                # Where an edit would go the output wrote something else: the edit was wrong here. If it
+                # wrote what the source says, the copy goes on without the edit.
+                first = not (states[agree - 1][1] if agree else self._pending)
+                self._forget_edit_span(spans[agree], refuted=True)
+                if first:
+                    continue
+            self._src, self._pending = None, ()
+            return
 
     def _shortest_useful(self, budget: DraftBudget | None) -> int:
         """The shortest match whose first token could be verified: shorter ones aren't searched for.
@@ -250,8 +300,88 @@ class PromptLookupDrafter(DrafterBase):
             self._skip_searches = self._misses // 2
             return False
         self._misses = 0
-        self._src, self._match, self._ambiguous = (where, pos), length, ambiguous
+        self._learn_edit(where, pos, length)
+        self._src, self._pending, self._match, self._ambiguous = (where, pos), (), length, ambiguous
         return True
+
+    # -- edits -------------------------------------------------------------------------------------
+    def _continuation(self, where: _Index, position: int, pending: tuple[int, ...], limit: int,
+                      hedge: bool = False) -> tuple[list[int], list[tuple[int, tuple[int, ...]]],
+                                                    list[tuple[int, ...] | None]]:
+        """Up to ``limit`` tokens that follow a source with the learned edits made; after each, the
+        (source position, rest of a replacement) to continue from, and the source span of the edit
+        that put it there (None: the source's own token). ``hedge`` stops before an edit that was
+        not yet seen made twice: then the target's own token there tells, at no cost."""
+        toks = where.tokens
+        tokens: list[int] = []
+        states: list[tuple[int, tuple[int, ...]]] = []
+        spans: list[tuple[int, ...] | None] = []
+        span: tuple[int, ...] | None = None
+        while len(tokens) < limit:
+            if not pending:
+                if position >= len(toks) or toks[position] == SEPARATOR:
+                    break
+                span = self._edit_at(toks, position)
+                if span is None:
+                    tokens.append(toks[position])
+                    position += 1
+                    states.append((position, ()))
+                    spans.append(None)
+                    continue
+                if hedge and span not in self._confirmed:
+                    break
+                position += len(span)
+                pending = self._edits[span]  # (never empty: deletions are not learned)
+            tokens.append(pending[0])
+            pending = pending[1:]
+            states.append((position, pending))
+            spans.append(span)
+        return tokens, states, spans
+
+    def _edit_at(self, toks: list[int], position: int) -> tuple[int, ...] | None:
+        """The learned edit's source span that starts at ``toks[position]``, if any."""
+        for span in self._edit_starts.get(toks[position], ()):
+            if tuple(toks[position:position + len(span)]) == span:
+                return span
+        return None
+
+    def _learn_edit(self, where: _Index, position: int, length: int) -> None:
+        """A match of ``length`` tokens ending at ``position``: if the output had followed the same source
+        right before it (``MIN_EDIT_RUN`` tokens) but for a span written differently, that span and what
+        the output wrote instead are an edit to make again.
+
+        Neither an insertion (nothing to recognise it by) nor a deletion (a span dropped once, often a
+        common token, is rarely dropped everywhere: proposing it dropped cost a rejection each time).
+        """
+        src, ctx, run = where.tokens, self._ctx.tokens, MIN_EDIT_RUN
+        old_end, new_end = position - length, len(ctx) - length  # where the match began
+        if length >= min(MAX_MATCH, len(ctx)) or old_end <= run or new_end <= self._prompt_length:
+            return  # the match did not begin at a difference, or not in the output
+        # The token before each candidate replacement (1..MAX_EDIT tokens long): the run ends with it.
+        ends = {ctx[new_end - n - 1]: n for n in range(min(MAX_EDIT, new_end - self._prompt_length), 0, -1)
+                if new_end - n > run}
+        for old_len in range(1, min(MAX_EDIT, old_end - run) + 1):
+            before = old_end - old_len  # the run before the edit ends here in the source
+            new_len = ends.get(src[before - 1])
+            if new_len is None or src[before - run:before] != ctx[new_end - new_len - run:new_end - new_len]:
+                continue
+            old, new = tuple(src[before:old_end]), tuple(ctx[new_end - new_len:new_end])
+            if old[0] == new[0] or SEPARATOR in old or (old, new) in self._refuted or self._edits.get(old) == new:
+                return  # (one that begins alike is an insertion or a deletion after all)
+            if old not in self._edits and len(self._edits) >= MAX_EDITS:
+                self._forget_edit_span(next(iter(self._edits)))  # the oldest
+            self._forget_edit_span(old)
+            self._edits[old] = new
+            self._edit_starts.setdefault(old[0], []).append(old)
+            return
+
+    def _forget_edit_span(self, span: tuple[int, ...], refuted: bool = False) -> None:
+        new = self._edits.pop(span, None)
+        if new is not None:
+            self._edit_starts[span[0]].remove(span)
+            self._confirmed.discard(span)
+            if refuted:  # (not learned again from where it was first seen)
+                self._refuted.add((span, new))
 
     def _remember(self, tokens: Sequence[int]) -> None:
         """Add one finished context to the memory, dropping the oldest beyond ``memory_tokens``."""
