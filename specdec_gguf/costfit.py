@@ -11,7 +11,6 @@ import statistics
 from collections import deque
 
 from .profile import CostProfile
-from .settings import MAX_CATCH_UP
 
 
 class VerifyCosts:
@@ -47,6 +46,11 @@ class VerifyCosts:
     def after_plain(self) -> bool:
         """Whether the latest pass was a plain step (a verify pass now makes the next one pay the switch)."""
         return self._last_pass == 1
+
+    @property
+    def after_verify(self) -> bool:
+        """Whether the latest pass was a verify pass (the next plain step pays the switch)."""
+        return self._last_pass > 1
 
     def record(self, size: int, seconds: float, round_seconds: float) -> None:
         """A target pass over ``size`` tokens took ``seconds`` (its round ``round_seconds``)."""
@@ -106,8 +110,9 @@ class DraftPrice:
     token look 1.7-2.5x dearer than it is.
     """
 
-    def __init__(self, profile: CostProfile | None, *, window: int) -> None:
+    def __init__(self, profile: CostProfile | None, *, window: int, max_catch_up: int | None) -> None:
         self.profile = profile
+        self.max_catch_up = max_catch_up  # the drafter's (DrafterEngine.max_catch_up)
         self._window: deque[float] = deque(maxlen=window)
         self._shape = None if profile is None else (
             max(profile.cost(2) + profile.switch_seconds - profile.cost(1), 0.0), profile.cost(1))
@@ -130,4 +135,6 @@ class DraftPrice:
         if self._shape is None or self.per_token is None:
             return None
         scale = self.per_token / self._shape[1]
-        return scale * self.profile.cost(min(tokens, MAX_CATCH_UP) + 1)  # type: ignore[union-attr]
+        if self.max_catch_up is not None:
+            tokens = min(tokens, self.max_catch_up)
+        return scale * self.profile.cost(tokens + 1)  # type: ignore[union-attr]

@@ -85,7 +85,7 @@ class SpeculativeDecoder:
                 schedule = AdaptiveSchedule(
                     num_draft_tokens, target_costs=profile_for(target, use_cache=profile_cache),
                     draft_costs=profile_for(drafter.cost_engine, use_cache=profile_cache),
-                    free_drafter=drafter.cost_engine is None,
+                    free_drafter=drafter.cost_engine is None, draft_catch_up=drafter.max_catch_up,
                     priors={greedy: drafter.acceptance_priors(greedy) for greedy in (True, False)})
         self.schedule = schedule
 

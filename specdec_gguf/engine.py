@@ -266,6 +266,12 @@ class DrafterEngine(Protocol):
         """The engine whose passes drafting costs (a draft model's), or None when drafting is free."""
         ...
 
+    @property
+    def max_catch_up(self) -> int | None:
+        """Most committed tokens a proposal's first pass takes in after plain steps (a draft model
+        restarts its view on the latest ones beyond); None: all. The schedule prices a look with it."""
+        ...
+
     def acceptance_priors(self, greedy: bool) -> Sequence[float]:
         """Prior acceptance chance per confidence bucket (see confidence.py); empty: no buckets,
         the schedule then estimates acceptance per draft slot."""
@@ -302,6 +308,7 @@ class DrafterBase:
     to check, nothing to roll back."""
 
     cost_engine: SpeculativeEngine | None = None
+    max_catch_up: int | None = None
 
     def acceptance_priors(self, greedy: bool) -> Sequence[float]:
         return ()

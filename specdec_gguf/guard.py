@@ -37,7 +37,6 @@ class GainGuard:
         self._pause = 0  # rounds left without consulting the drafter
         self._interval = first_pause
         self._asked = False  # whether this round consulted the drafter
-        self._verified_last = False  # whether the latest round verified drafted tokens
 
     def paused(self) -> bool:
         """Whether this round must be a plain step (counts the pause down)."""
@@ -50,12 +49,13 @@ class GainGuard:
         """This round consults the drafter: score it when it is recorded."""
         self._asked = True
 
-    def record(self, verified: int, generated: int, draft_seconds: float, verify_seconds: float) -> None:
-        """A finished round. One that verified nothing took a plain step plus the proposal's price:
-        it scores minus that price, free of the step's noise. A plain step right after a verify pass
-        costs more (llama.cpp rebuilds its graph when the pass size changes): the round that verified
-        is charged with that excess."""
-        after_verify, self._verified_last = self._verified_last, verified > 0
+    def record(self, verified: int, generated: int, draft_seconds: float, verify_seconds: float, *,
+               after_verify: bool) -> None:
+        """A finished round, and whether the round before it verified drafted tokens. One that
+        verified nothing took a plain step plus the proposal's price: it scores minus that price,
+        free of the step's noise. A plain step right after a verify pass costs more (llama.cpp
+        rebuilds its graph when the pass size changes): the round that verified is charged with
+        that excess."""
         if verified == 0 and not after_verify:
             self._plain_times.append(verify_seconds)
             self._plain_new += 1

@@ -23,6 +23,7 @@ from .errors import ConfigError
 from .guard import GainGuard
 from .profile import CostProfile
 from .proposal import DraftProposal
+from .settings import MAX_CATCH_UP
 
 
 @dataclass(frozen=True)
@@ -178,12 +179,14 @@ class AdaptiveSchedule:
     ``draft_costs``: the draft model's profile (None: drafting is free, ``free_drafter``,
     or its price is measured on the first rounds that draft). ``priors``: the drafter's prior
     acceptance per bucket for greedy (True) and sampled (False) decoding
-    (``DrafterEngine.acceptance_priors``). State carries across generations on one decoder.
+    (``DrafterEngine.acceptance_priors``). ``draft_catch_up``: the most committed tokens a
+    proposal's first pass takes in (``DrafterEngine.max_catch_up``; None: all), which prices
+    a look after plain steps. State carries across generations on one decoder.
     """
 
     def __init__(self, k_max: int, *, target_costs: CostProfile | None = None,
                  draft_costs: CostProfile | None = None, free_drafter: bool = False,
-                 priors: dict[bool, Sequence[float]] | None = None,
+                 priors: dict[bool, Sequence[float]] | None = None, draft_catch_up: int | None = MAX_CATCH_UP,
                  constants: ScheduleConstants = ScheduleConstants()) -> None:
         if not isinstance(k_max, int) or k_max < 1:
             raise ConfigError(f"num_draft_tokens={k_max!r} must be an integer >= 1")
@@ -193,7 +196,7 @@ class AdaptiveSchedule:
         self.free_drafter = free_drafter
         self._verify = VerifyCosts(target_costs, k_max + 1, window=c.cost_window, refresh_every=c.refresh_costs_every,
                                    refresh_seconds=c.refresh_costs_seconds)
-        self.draft_price = DraftPrice(draft_costs, window=c.cost_window)
+        self.draft_price = DraftPrice(draft_costs, window=c.cost_window, max_catch_up=draft_catch_up)
         priors = priors or {}
         self._slot_buckets = {g: not priors.get(g) for g in (True, False)}
         self.models = {g: AcceptanceModel(list(priors.get(g) or [c.slot_prior] * k_max), c.prior_strength,
@@ -437,6 +440,7 @@ class AdaptiveSchedule:
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
                 draft_seconds: float, verify_seconds: float, first_matched: bool | None = None) -> None:
         seconds = draft_seconds + verify_seconds
+        after_verify = self._verify.after_verify
         self._verify.record(verified + 1, verify_seconds, seconds)
         if verified:
             self._verify_cap = max(self._verify_cap, 2 * verified)
@@ -447,7 +451,7 @@ class AdaptiveSchedule:
         self._rate_seconds += weight * (seconds - self._rate_seconds)
         self._rounds_since_plain = 0 if verified == 0 else self._rounds_since_plain + 1
         drafted = len(proposal.tokens)
-        self.guard.record(verified, generated, draft_seconds, verify_seconds)
+        self.guard.record(verified, generated, draft_seconds, verify_seconds, after_verify=after_verify)
         # A draft whose first token was right looks again next round, even if drafting doesn't pay on
         # average: a run of right looks is how a draft whose own probabilities undersell it earns
         # trust. A wrong one waits as long as before (each look doubles the wait).

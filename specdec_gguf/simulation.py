@@ -151,7 +151,7 @@ def simulate(trace: Trace, curve: str, max_tokens: int, k: int | None, *, drafte
     elif k is None:
         schedule = schedule or AdaptiveSchedule(
             default_num_draft_tokens(drafter, True), target_costs=costs, draft_costs=draft_costs,
-            free_drafter=drafter == "prompt-lookup",
+            free_drafter=drafter == "prompt-lookup", draft_catch_up=drafting.max_catch_up,
             priors={g: drafting.acceptance_priors(g) for g in (True, False)})
         decoder = SpeculativeDecoder(target, drafting, schedule=schedule, clock=clock)
     else:

@@ -69,11 +69,11 @@ def test_the_guard_charges_a_verify_pass_with_the_dearer_plain_step_after_it(aft
     step after costs what any does, and drafting goes on. Fails if the guard scored passes alone."""
     guard = _guard()
     for _ in range(4):
-        guard.record(0, 1, 0.0, 1 * MS)  # plain steps: what one costs
+        guard.record(0, 1, 0.0, 1 * MS, after_verify=False)  # plain steps: what one costs
     for _ in range(12):
         guard.asked()
-        guard.record(1, 2, 0.0, 1.9 * MS)
-        guard.record(0, 1, 0.0, after * MS)
+        guard.record(1, 2, 0.0, 1.9 * MS, after_verify=False)
+        guard.record(0, 1, 0.0, after * MS, after_verify=True)
     assert guard.paused() == (after > 1.0)
 
 
@@ -84,14 +84,14 @@ def test_searches_that_never_verify_pause_once_they_cost_more_than_the_tolerance
     measured time, so a full window of such rounds pauses drafting with no slack. Negative control:
     searches at 1% (within the 2% tolerance) go on. Fails with the slack (0.04 * 24 = 0.96 tokens)."""
     guard = _guard()
-    guard.record(0, 1, 0.0, 1 * MS)
+    guard.record(0, 1, 0.0, 1 * MS, after_verify=False)
     paused_at = None
     for round_ in range(48):
         if guard.paused():
             paused_at = round_
             break
         guard.asked()
-        guard.record(0, 1, search * MS, 1 * MS)
+        guard.record(0, 1, search * MS, 1 * MS, after_verify=False)
     assert paused_at == (24 if search > 0.02 else None)
 
 
@@ -121,20 +121,37 @@ def test_a_costly_drafter_does_not_look_again_when_the_generation_is_nearly_done
     assert schedule.next_k(1000) == 8  # with room, it looks
 
 
-def test_a_draft_whose_look_costs_too_much_is_not_probed():
+@pytest.mark.parametrize("catch_up, first_look", [(128, 207), (32, 63), (None, None)])
+def test_a_draft_whose_look_costs_too_much_is_not_probed(catch_up, first_look):
     """The same, with a draft a third as costly as the target: catching up on the tokens since the last
-    look costs more than 2% of their time until the catch-up is capped (128 tokens, ~41 ms: 207 rounds
-    of 10 ms), so it is not probed before (a probe of such a draft cost 3% of a 64-token answer on the
-    tiny Q8_0 pair). Fails without the price check."""
+    look costs more than 2% of their time until the drafter's catch-up cap (128 tokens by default, ~41
+    ms: 207 rounds of 10 ms; 32 tokens, ~13 ms: 63 rounds; no cap: never), so it is not probed before
+    (a probe of such a draft cost 3% of a 64-token answer on the tiny Q8_0 pair). Fails without the
+    price check, or with the default cap assumed for every drafter."""
     target = CostProfile({1: 10 * MS, 2: 10.2 * MS, 3: 10.4 * MS, 5: 10.8 * MS, 9: 11.6 * MS})
     draft = CostProfile({1: 3 * MS, 2: 3.3 * MS})
-    schedule = AdaptiveSchedule(8, target_costs=target, draft_costs=draft, priors={True: [0.1], False: [0.1]})
+    schedule = AdaptiveSchedule(8, target_costs=target, draft_costs=draft, priors={True: [0.1], False: [0.1]},
+                                draft_catch_up=catch_up)
     assert schedule._potential_value() > schedule.c.margin  # drafting could pay if every token were right
     looks = []
     for _ in range(300):
         looks.append(schedule.next_k(1000))
         schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 10 * MS)
-    assert looks.index(8) == 207
+    assert (looks.index(8) if 8 in looks else None) == first_look
+
+
+def test_the_decoder_prices_looks_with_the_drafters_own_catch_up_cap():
+    from specdec_gguf import SpeculativeDecoder
+    from specdec_gguf.drafters import AutoregressiveDrafter, PromptLookupDrafter
+    from specdec_gguf.engines.memory import InMemoryEngine
+
+    target = InMemoryEngine.random(64, seed=1, n_ctx=256)
+    for cap in (16, None):
+        decoder = SpeculativeDecoder(target, AutoregressiveDrafter(target.perturbed(0.1, seed=2),
+                                                                   max_catch_up=cap), profile_cache=False)
+        assert decoder.schedule.draft_price.max_catch_up == cap
+    assert SpeculativeDecoder(target, PromptLookupDrafter(), profile_cache=False).schedule.draft_price.max_catch_up \
+        is None  # a free drafter has nothing to catch up on
 
 
 @pytest.mark.parametrize("right", [True, False])
