@@ -85,9 +85,8 @@ class GainGuard:
         # or a full window that verified nothing: its loss is the drafter's measured time, not a bet's
         # noisy outcome, so no slack (a lookup's search on a tiny model: 4-8% of each round).
         loss = -sum(self._gains) - self.tolerance * len(self._gains)
-        verified = sum(self._verified)
-        if (loss > self.slack and (verified >= self.min_rounds or loss > self.slack * len(self._gains) / 8)) \
-                or (loss > 0 and not verified and len(self._gains) == self._gains.maxlen):
+        if (loss > self.slack and (sum(self._verified) >= self.min_rounds or loss > self.slack * len(self._gains) / 8)) \
+                or (loss > 0 and len(self._gains) == self._gains.maxlen and not any(self._verified)):
             self._pause = self._interval
             self._interval = min(2 * self._interval, self.max_pause)
         else:

@@ -452,9 +452,9 @@ class AdaptiveSchedule:
         self._rounds_since_plain = 0 if verified == 0 else self._rounds_since_plain + 1
         drafted = len(proposal.tokens)
         self.guard.record(verified, generated, draft_seconds, verify_seconds, after_verify=after_verify)
-        # A draft whose first token was right looks again next round, even if drafting doesn't pay on
-        # average: a run of right looks is how a draft whose own probabilities undersell it earns
-        # trust. A wrong one waits as long as before (each look doubles the wait).
+        # A look whose first token was right looks again next round, though drafting doesn't pay on
+        # average yet: a run of right looks is how a draft whose own probabilities undersell it earns
+        # trust. After a wrong one the wait goes on doubling as before.
         self._look_again = self._probing and bool(accepted or first_matched)
         if drafted == 0:
             self._rounds_since_draft += 1

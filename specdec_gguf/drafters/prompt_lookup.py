@@ -368,9 +368,9 @@ class PromptLookupDrafter(DrafterBase):
             old, new = tuple(src[before:old_end]), tuple(ctx[new_end - new_len:new_end])
             if old[0] == new[0] or SEPARATOR in old or (old, new) in self._refuted or self._edits.get(old) == new:
                 return  # (one that begins alike is an insertion or a deletion after all)
-            if old not in self._edits and len(self._edits) >= MAX_EDITS:
+            self._forget_edit_span(old)  # (another replacement of the same span)
+            if len(self._edits) >= MAX_EDITS:
                 self._forget_edit_span(next(iter(self._edits)))  # the oldest
-            self._forget_edit_span(old)
             self._edits[old] = new
             self._edit_starts.setdefault(old[0], []).append(old)
             return
