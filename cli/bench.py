@@ -105,7 +105,7 @@ def bench(
     draft_n_gpu_layers: Annotated[int, typer.Option("-ngld", "--n-gpu-layers-draft", "--draft-n-gpu-layers")] = 0,
     peer: Annotated[Optional[list[str]], typer.Option("--peer", help="Add another implementation: llama-cpp-python, llama.cpp (repeatable).")] = None,
     peer_bin: Annotated[Optional[Path], typer.Option("--peer-bin", help="llama.cpp's llama-speculative-simple (default: on PATH).")] = None,
-    profile_cache: Annotated[bool, typer.Option("--profile-cache/--no-profile-cache", help="Read/write cost profiles in the user cache.")] = True,
+    profile_cache: Annotated[bool, typer.Option("--profile-cache/--no-profile-cache", help="Read/write cost profiles and remembered drafter calibrations in the user cache (else every decoder measures and learns afresh).")] = True,
     exact: Annotated[bool, typer.Option("--exact", help="Target in exact mode: fail unless batched passes are bit-identical to one-token passes (docs/exactness.md).")] = False,
     exact_warn: Annotated[bool, typer.Option("--exact-warn", help="Target in exact mode, only warn when it is not bit-invariant.")] = False,
     target_python: Annotated[Optional[Path], typer.Option("--target-python", help="Run the target in this interpreter (e.g. an exact llama.cpp build).")] = None,
@@ -157,6 +157,7 @@ def bench(
         profile = profile_for(target, use_cache=profile_cache)
         progress = err_console if not json_out else None
         trials = run_trials(target, draft, strategies, tokenized, max_tokens, repeats, cold=cold,
+                            profile_cache=profile_cache,
                             on_trial=(lambda t: progress.print(f"  {t.prompt_id:<16} {t.strategy:<22} "
                                                                f"{t.throughput:7.1f} tok/s", highlight=False, markup=False))
                             if progress else None)

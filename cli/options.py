@@ -36,7 +36,7 @@ DraftMinOpt = Annotated[Optional[int], typer.Option("--draft-min", help="Don't v
 AdaptiveOpt = Annotated[Optional[bool], typer.Option("--adaptive/--fixed-k", help="Choose k per round from measured cost and acceptance (default) or always draft k.", rich_help_panel=DRAFTER)]
 DraftPMinOpt = Annotated[Optional[float], typer.Option("--draft-p-min", help="Stop a draft when the draft's top probability falls below this.", rich_help_panel=DRAFTER)]
 NgramMaxOpt = Annotated[Optional[int], typer.Option("--ngram-max", help="Longest n-gram prompt lookup matches.", rich_help_panel=DRAFTER)]
-ProfileCacheOpt = Annotated[bool, typer.Option("--profile-cache/--no-profile-cache", help="Read/write cost profiles in the user cache (else measure each run).", rich_help_panel=DRAFTER)]
+ProfileCacheOpt = Annotated[bool, typer.Option("--profile-cache/--no-profile-cache", help="Read/write cost profiles and remembered drafter calibrations in the user cache (else measure and learn each run).", rich_help_panel=DRAFTER)]
 NgramMinOpt = Annotated[Optional[int], typer.Option("--ngram-min", help="Shortest n-gram prompt lookup matches.", rich_help_panel=DRAFTER)]
 MaxTokensOpt = Annotated[Optional[int], typer.Option("-n", "--max-tokens", "--n-predict", help="Tokens to generate at most.", rich_help_panel=SAMPLING)]
 TempOpt = Annotated[Optional[float], typer.Option("--temp", help="Temperature; 0 is greedy.", rich_help_panel=SAMPLING)]

@@ -85,14 +85,18 @@ def measure_cost_curve(target: TextModel, context: Sequence[int], sizes: Sequenc
 
 def run_trials(target: TextModel, draft: TextModel | None, strategies: Sequence[Strategy],
                prompts: Sequence[tuple[str, list[int]]], max_tokens: int, repeats: int,
-               sampling: SamplingParams = SamplingParams(), *, cold: bool = True,
+               sampling: SamplingParams = SamplingParams(), *, cold: bool = True, profile_cache: bool = True,
                on_trial: Callable[[Trial], None] | None = None) -> list[Trial]:
     """Every (non-peer) strategy on every prompt, interleaved (A B C A B C ...), after a warm-up.
 
     End-of-generation tokens are ignored so every trial generates ``max_tokens`` tokens.
+    ``cold``: a fresh decoder per trial, as ``specdec run`` starts; with ``profile_cache`` it
+    reads the cached cost profiles and remembered calibrations (as a user's later runs do),
+    without, it measures and learns afresh.
     """
     ours = [s for s in strategies if not s.peer]
-    decoders = {s.name: make_decoder(target, s.drafter, draft) for s in ours}  # also caches cost profiles
+    decoders = {s.name: make_decoder(target, s.drafter, draft, profile_cache=profile_cache)
+                for s in ours}  # also caches cost profiles
     make_decoder(target, DrafterSettings(kind="none")).generate(prompts[0][1], min(32, max_tokens), sampling,
                                                                 ignore_eog=True)  # warm llama.cpp up
     if not cold:
@@ -103,7 +107,8 @@ def run_trials(target: TextModel, draft: TextModel | None, strategies: Sequence[
     for rep in range(repeats):
         for prompt_id, tokens in prompts:
             for s in ours:
-                decoder = make_decoder(target, s.drafter, draft) if cold else decoders[s.name]
+                decoder = make_decoder(target, s.drafter, draft, profile_cache=profile_cache) if cold \
+                    else decoders[s.name]
                 decode_before = sum(e.decode_seconds for e in engines)
                 r = decoder.generate(tokens, max_tokens, sampling, ignore_eog=True)
                 st = r.stats

@@ -32,6 +32,8 @@ from .errors import ConfigError
 
 _REFIT_EVERY = 4  # updates between refits of the pooled calibration (a refit costs ~50 µs)
 _DEPTH = (0, 1, 1, 1, 2)  # slot group of a token at position 0, 1, ... in its proposal (4 and on: deep)
+_IDENTITY = (0.0, 1.0, 0.0, 0.0)  # the calibration that leaves the drafter's priors as they are
+_MIN_SLOPE = 0.1  # s: the priors' order must stay
 
 
 class AcceptanceModel:
@@ -40,15 +42,22 @@ class AcceptanceModel:
     ``priors[i]`` is bucket i's prior mean; ``strength`` is how many observations the
     (pooled) prior is worth in a bucket; ``recency`` caps a bucket's count so estimates keep
     following a drafter whose accuracy drifts (a copy ends, a topic changes).
+    ``calibration``: the pooled calibration ``(a, s, d₁, d₂)`` to start from and to pull the fit
+    towards (what earlier runs of this drafter and target learned; None: the priors as given).
     """
 
-    def __init__(self, priors: Sequence[float], strength: float = 3.0, recency: float = 64.0) -> None:
+    def __init__(self, priors: Sequence[float], strength: float = 3.0, recency: float = 64.0,
+                 calibration: Sequence[float] | None = None) -> None:
         if not len(priors):
             raise ConfigError("an acceptance model needs at least one bucket prior")
         if any(not 0.0 < p < 1.0 for p in priors):
             raise ConfigError(f"bucket priors must lie in (0, 1); got {list(priors)}")
         if strength <= 0 or recency < 1:
             raise ConfigError(f"strength={strength} must be > 0 and recency={recency} >= 1")
+        centre = _IDENTITY if calibration is None else tuple(float(v) for v in calibration)
+        if len(centre) != 4 or not all(np.isfinite(centre)) or centre[1] < _MIN_SLOPE:
+            raise ConfigError(f"calibration={calibration!r} must be four finite numbers (a, s, d1, d2) with s >= "
+                              f"{_MIN_SLOPE}")
         self.strength, self.recency = strength, recency
         self._n = len(priors)
         # Slots: bucket b's first tokens at b, its later ones at n + b, its deep ones at 2n + b.
@@ -60,11 +69,11 @@ class AcceptanceModel:
         self._total = np.zeros(len(prior))
         self._unverified_hits = np.zeros(len(prior))  # outcomes seen without verifying (calibration only)
         self._unverified_total = np.zeros(len(prior))
-        self._pooled = prior.copy()
-        self._mean = prior.tolist()
-        self.calibration = (0.0, 1.0, 0.0, 0.0)  # (a, s, d₁, d₂): see the module docs
-        self.observations = [0] * self._n
+        self._centre = np.array(centre)
+        self.observations = [0] * self._n  # verified tokens per bucket
+        self.outcomes = 0  # every outcome counted, verified or not: what taught the calibration
         self._since_fit = 0
+        self._apply(centre)
 
     def __len__(self) -> int:
         return self._n
@@ -98,6 +107,7 @@ class AcceptanceModel:
             total[bucket] *= scale
         hits[bucket] += 1.0 if hit else 0.0
         total[bucket] += 1.0
+        self.outcomes += 1
 
     def _counted(self) -> None:
         self._since_fit += 1
@@ -112,15 +122,18 @@ class AcceptanceModel:
         y, n = hits[seen], total[seen]
         features = np.stack([np.ones(len(y)), self._logit[seen], self._later[seen], self._deep[seen]])  # [4, seen]
         theta = np.array(self.calibration)
-        centre = np.array([0.0, 1.0, 0.0, 0.0])
         precision = np.diag([1.0, 4.0, 1.0, 1.0])  # 1 / how far the data may move a, s, d₁ and d₂
         for _ in range(4):
             p = 1.0 / (1.0 + np.exp(-(theta @ features)))
-            grad = features @ (y - n * p) - precision @ (theta - centre)
+            grad = features @ (y - n * p) - precision @ (theta - self._centre)
             hess = (features * (n * p * (1 - p))) @ features.T + precision
             theta = theta + np.linalg.solve(hess, grad)
-        theta[1] = max(theta[1], 0.1)  # the prior's order must stay: a surer bucket never becomes a less sure one
-        a, s, d1, d2 = (float(v) for v in theta)
-        self.calibration = (a, s, d1, d2)
+        theta[1] = max(theta[1], _MIN_SLOPE)  # the prior's order must stay: a surer bucket never becomes a less sure one
+        self._apply(tuple(float(v) for v in theta))
+
+    def _apply(self, calibration: Sequence[float]) -> None:
+        """Make ``calibration`` the pooled estimate and recompute every slot's posterior mean."""
+        a, s, d1, d2 = calibration
+        self.calibration = (float(a), float(s), float(d1), float(d2))
         self._pooled = 1.0 / (1.0 + np.exp(-(a + s * self._logit + d1 * self._later + d2 * self._deep)))
         self._mean = ((self._hits + self.strength * self._pooled) / (self._total + self.strength)).tolist()

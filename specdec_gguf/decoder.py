@@ -9,6 +9,7 @@ from typing import Callable, Iterable, Iterator, Literal, Sequence
 
 import numpy as np
 
+from . import calibrations as _calibrations
 from . import sampling as _sampling
 from .engine import DrafterEngine, SpeculativeEngine, check_tokens, reusable_prefix
 from .errors import ConfigError, ContextOverflowError, SpecDecError
@@ -76,17 +77,22 @@ class SpeculativeDecoder:
         self.num_draft_tokens = num_draft_tokens
         self.draft_min = draft_min
         self.clock = clock
+        # Where this drafter's calibration against this target is kept between runs (None: not kept).
+        self._calibration_key: str | None = None
+        self._remembered = {True: 0, False: 0}  # outcomes already passed on to the cache, per policy
         if schedule is None:
             if not adaptive:
                 schedule = FixedSchedule(num_draft_tokens)
             elif drafter is None:
                 schedule = FixedSchedule(num_draft_tokens)  # never consulted: plain decoding drafts nothing
             else:
+                self._calibration_key = _calibrations.pair_key(target, drafter) if profile_cache else None
                 schedule = AdaptiveSchedule(
                     num_draft_tokens, target_costs=profile_for(target, use_cache=profile_cache),
                     draft_costs=profile_for(drafter.cost_engine, use_cache=profile_cache),
                     free_drafter=drafter.cost_engine is None, draft_catch_up=drafter.max_catch_up,
-                    priors={greedy: drafter.acceptance_priors(greedy) for greedy in (True, False)})
+                    priors={greedy: drafter.acceptance_priors(greedy) for greedy in (True, False)},
+                    calibrations=_calibrations.recall(self._calibration_key))
         self.schedule = schedule
 
     def generate(self, prompt_tokens: Sequence[int], max_new_tokens: int,
@@ -198,6 +204,8 @@ class SpeculativeDecoder:
                         stop_reason = "length"
                     elif len(context) >= target.n_ctx:
                         stop_reason = "context"
+                if stop_reason is not None and self._calibration_key is not None:
+                    self._remember()
                 yield RoundEvent(tuple(new), tuple(origins), stats, stop_reason)
                 if stop_reason is not None:
                     return
@@ -210,6 +218,15 @@ class SpeculativeDecoder:
         except BaseException:
             self._restore(context)
             raise
+
+    def _remember(self) -> None:
+        """Pass what the schedule's calibration learned since the last time on to the next runs."""
+        learned = {}
+        for greedy, (calibration, outcomes) in self.schedule.learned().items():  # type: ignore[attr-defined]
+            if outcomes - self._remembered[greedy] >= _calibrations.MIN_OBSERVATIONS:
+                learned[greedy] = calibration
+                self._remembered[greedy] = outcomes
+        _calibrations.remember(self._calibration_key, learned)
 
     def _prefill(self, prefix: list[int]) -> None:
         """Fill the target's cache with ``prefix``, reusing whatever leading part it already holds."""

@@ -184,14 +184,19 @@ def load_cached(key: str) -> CostProfile | None:
 
 def save(profile: CostProfile) -> None:
     """Write ``profile`` to the cache atomically; a cache that can't be written is skipped."""
-    path = _path_for(profile.key)
+    write_cache_file(_path_for(profile.key), profile.as_dict())
+
+
+def write_cache_file(path: Path, data: dict) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (readers see the old file or the new one);
+    a cache that can't be written is skipped: caching is an optimisation, never a result."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(profile.as_dict(), indent=1), encoding="utf-8")
+        tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
-        pass  # caching is an optimisation; the measured profile is still used
+        pass
 
 
 def profile_for(engine: SpeculativeEngine | None, *, use_cache: bool = True) -> CostProfile | None:

@@ -15,7 +15,7 @@ never below plain decoding's ``1 / T(1)``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 from .confidence import AcceptanceModel
 from .costfit import DraftPrice, VerifyCosts
@@ -181,12 +181,15 @@ class AdaptiveSchedule:
     acceptance per bucket for greedy (True) and sampled (False) decoding
     (``DrafterEngine.acceptance_priors``). ``draft_catch_up``: the most committed tokens a
     proposal's first pass takes in (``DrafterEngine.max_catch_up``; None: all), which prices
-    a look after plain steps. State carries across generations on one decoder.
+    a look after plain steps. ``calibrations``: per policy, the pooled calibration of the
+    priors to start from (what earlier runs learned: calibrations.py; None: the priors as
+    given). State carries across generations on one decoder.
     """
 
     def __init__(self, k_max: int, *, target_costs: CostProfile | None = None,
                  draft_costs: CostProfile | None = None, free_drafter: bool = False,
                  priors: dict[bool, Sequence[float]] | None = None, draft_catch_up: int | None = MAX_CATCH_UP,
+                 calibrations: Mapping[bool, Sequence[float]] | None = None,
                  constants: ScheduleConstants = ScheduleConstants()) -> None:
         if not isinstance(k_max, int) or k_max < 1:
             raise ConfigError(f"num_draft_tokens={k_max!r} must be an integer >= 1")
@@ -199,8 +202,11 @@ class AdaptiveSchedule:
         self.draft_price = DraftPrice(draft_costs, window=c.cost_window, max_catch_up=draft_catch_up)
         priors = priors or {}
         self._slot_buckets = {g: not priors.get(g) for g in (True, False)}
+        calibrations = calibrations or {}
+        # (A calibration is of the drafter's priors: without them the slots have nothing to calibrate.)
         self.models = {g: AcceptanceModel(list(priors.get(g) or [c.slot_prior] * k_max), c.prior_strength,
-                                          c.recency) for g in (True, False)}
+                                          c.recency, calibrations.get(g) if priors.get(g) else None)
+                       for g in (True, False)}
         # Decayed counts of which bucket a proposal's first token fell in, from a prior that the
         # drafter's confident buckets are the common ones (drafts are mostly sure of themselves).
         self._first_seen = {g: [0.5 * self.models[g].confidence(b) ** 2 for b in range(len(self.models[g]))]
@@ -435,6 +441,11 @@ class AdaptiveSchedule:
         # off at a long one (small models) and one long wrong pass costs many tokens: go as long as
         # the cap allows (it doubles with each such pass) while that still beats a plain step.
         return cap if at_cap > plain else capped_k
+
+    def learned(self) -> dict[bool, tuple[tuple[float, float, float, float], int]]:
+        """Per policy whose drafter has buckets: the pooled calibration learned so far and how many
+        outcomes taught it (what calibrations.py keeps for the next run)."""
+        return {g: (m.calibration, m.outcomes) for g, m in self.models.items() if not self._slot_buckets[g]}
 
     # -- learning -----------------------------------------------------------------------------------
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,

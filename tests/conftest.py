@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -11,6 +12,14 @@ import pytest
 os.environ["SPECDEC_CACHE_DIR"] = tempfile.mkdtemp(prefix="specdec-test-cache-")
 
 from specdec_gguf.engines import InMemoryEngine
+
+
+@pytest.fixture(autouse=True)
+def _no_remembered_calibrations():
+    """Each test starts with no drafter calibration remembered from another test's runs."""
+    from specdec_gguf.calibrations import store_dir
+
+    shutil.rmtree(store_dir(), ignore_errors=True)
 
 
 @pytest.fixture

@@ -1,0 +1,102 @@
+"""Calibrations kept across runs: how well a drafter agrees with a target, so a run starts knowing.
+
+A drafter's buckets come with priors (a draft model's own probability of its token); the
+adaptive schedule calibrates them online (confidence.py). That takes rounds, and
+``specdec run`` starts a fresh decoder every time: a draft whose probabilities undersell it
+(a random-weight draft is right 80% of the time at probability 0.05-0.3) was verified one or
+two tokens at a time for the first dozen rounds of every run, most of a short answer. So
+the pooled calibration ``(a, s, d₁, d₂)`` a generation learned is kept in the user cache,
+per target and drafter (their model files, settings, build and threads:
+``TextModel.profile_key``), and the next run's calibration starts from it and is pulled
+towards it instead of towards the priors as given. Each kept generation moves the stored
+calibration part of the way: one odd prompt does not decide the next run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from .engine import DrafterEngine, SpeculativeEngine, TextModel
+from .profile import cache_dir, write_cache_file
+
+FORMAT = 1
+# Outcomes (verified tokens, and declined first tokens checked against the plain step) a
+# generation must have seen before what it learned is kept: fewer are a guess.
+MIN_OBSERVATIONS = 32
+# Share of the way each kept generation moves the stored calibration towards its own.
+BLEND = 0.5
+# What a stored calibration may say (a, s, d₁, d₂); outside: a damaged file, ignored. s >= 0.1
+# keeps the priors' order, as the online fit does.
+_BOUNDS = ((-8.0, 8.0), (0.1, 8.0), (-6.0, 6.0), (-6.0, 6.0))
+
+Calibration = tuple[float, float, float, float]
+
+
+def pair_key(target: SpeculativeEngine, drafter: DrafterEngine) -> str | None:
+    """The cache key of ``drafter`` against ``target``; None when either can't name itself (an
+    engine that is not a ``TextModel``) or the drafter has no buckets to calibrate."""
+    draft = drafter.cost_engine
+    if not isinstance(target, TextModel) or (draft is not None and not isinstance(draft, TextModel)):
+        return None
+    buckets = [len(drafter.acceptance_priors(greedy)) for greedy in (True, False)]
+    if not all(buckets):
+        return None
+    return json.dumps({"target": target.profile_key, "drafter": drafter.name, "buckets": buckets,
+                       "draft": draft.profile_key if draft is not None else None}, sort_keys=True)
+
+
+def store_dir() -> Path:
+    """Where calibrations are kept: beside the cost profiles (profile.cache_dir)."""
+    return cache_dir().parent / "calibrations"
+
+
+def _path_for(key: str) -> Path:
+    return store_dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+def _valid(values: object) -> Calibration | None:
+    if not isinstance(values, list) or len(values) != 4:
+        return None
+    try:
+        numbers = tuple(float(v) for v in values)
+    except (TypeError, ValueError):
+        return None
+    if not all(math.isfinite(v) and lo <= v <= hi for v, (lo, hi) in zip(numbers, _BOUNDS)):
+        return None
+    return numbers  # type: ignore[return-value]
+
+
+def recall(key: str | None) -> dict[bool, Calibration]:
+    """The stored calibrations for greedy (True) and sampled (False) decoding under ``key``; those
+    missing, unreadable, stored for another key or out of bounds are left out."""
+    if key is None:
+        return {}
+    try:
+        data = json.loads(_path_for(key).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("key") != key:
+        return {}
+    found = {greedy: _valid(data.get(name)) for greedy, name in ((True, "greedy"), (False, "sampled"))}
+    return {greedy: cal for greedy, cal in found.items() if cal is not None}
+
+
+def remember(key: str | None, learned: Mapping[bool, Sequence[float]]) -> None:
+    """Move the stored calibrations ``BLEND`` of the way to ``learned`` (stored as is when there is
+    none yet) and write them (profile.write_cache_file)."""
+    if key is None or not learned:
+        return
+    stored = recall(key)
+    for greedy, cal in learned.items():
+        new = tuple(float(v) for v in cal)
+        old = stored.get(greedy)
+        blended = new if old is None else tuple(o + BLEND * (n - o) for o, n in zip(old, new))
+        clamped = _valid([min(max(v, lo), hi) for v, (lo, hi) in zip(blended, _BOUNDS)])
+        if clamped is not None:
+            stored[greedy] = clamped
+    write_cache_file(_path_for(key), {"format": FORMAT, "key": key, **{
+        name: list(stored[greedy]) for greedy, name in ((True, "greedy"), (False, "sampled")) if greedy in stored}})

@@ -1,0 +1,112 @@
+"""Calibrations kept across runs (calibrations.py): a fresh decoder starts from what earlier ones learned."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specdec_gguf import SpeculativeDecoder, calibrations
+from specdec_gguf.confidence import AcceptanceModel
+from specdec_gguf.drafters import AutoregressiveDrafter, PromptLookupDrafter
+from specdec_gguf.errors import ConfigError
+
+PRIORS = [0.1, 0.3, 0.6, 0.9]
+
+
+def test_a_model_starts_from_and_is_pulled_towards_its_calibration():
+    plain = AcceptanceModel(PRIORS)
+    warm = AcceptanceModel(PRIORS, calibration=(2.0, 1.0, 0.0, 0.0))
+    assert [round(plain.confidence(b), 6) for b in range(4)] == PRIORS  # negative control: priors as given
+    assert all(warm.confidence(b) > plain.confidence(b) + 0.05 for b in range(3))
+    for _ in range(8):  # the same few outcomes, a rejected first token in bucket 1 each time
+        plain.update([1], 0)
+        warm.update([1], 0)
+    # Both fits move down, but each stays nearer where it started: the centre is the prior.
+    assert plain.calibration[0] < 0 and 0 < warm.calibration[0] < 2.0
+    assert warm.confidence(2) > plain.confidence(2)
+
+
+@pytest.mark.parametrize("bad", [(0.0, 1.0, 0.0), (0.0, 0.0, 0.0, 0.0), (float("nan"), 1.0, 0.0, 0.0)])
+def test_a_calibration_out_of_range_is_refused(bad):
+    with pytest.raises(ConfigError, match="calibration"):
+        AcceptanceModel(PRIORS, calibration=bad)
+
+
+def test_remember_stores_then_blends_and_recall_is_keyed():
+    calibrations.remember("pair-a", {True: (1.0, 1.2, 0.3, -0.1)})
+    assert calibrations.recall("pair-a") == {True: (1.0, 1.2, 0.3, -0.1)}
+    calibrations.remember("pair-a", {True: (3.0, 1.2, 0.3, -0.1), False: (0.5, 1.0, 0.0, 0.0)})
+    # Half way from what was stored: one odd generation does not decide the next run.
+    assert calibrations.recall("pair-a") == {True: (2.0, 1.2, 0.3, -0.1), False: (0.5, 1.0, 0.0, 0.0)}
+    assert calibrations.recall("pair-b") == {}
+    assert calibrations.recall(None) == {}
+    calibrations.remember(None, {True: (1.0, 1.0, 0.0, 0.0)})  # no key: nothing to write, no error
+
+
+def test_damaged_or_foreign_files_are_ignored():
+    calibrations.remember("pair-a", {True: (1.0, 1.2, 0.3, -0.1)})
+    (path,) = calibrations.store_dir().iterdir()
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "greedy": [1.0, 99.0, 0.0, 0.0]}))  # s far out of bounds
+    assert calibrations.recall("pair-a") == {}
+    path.write_text(json.dumps({**data, "key": "pair-b"}))  # a hash collision or a hand-copied file
+    assert calibrations.recall("pair-a") == {}
+    path.write_text("{not json")
+    assert calibrations.recall("pair-a") == {}
+
+
+def test_engines_that_cant_name_themselves_keep_nothing(target, draft):
+    assert calibrations.pair_key(target, AutoregressiveDrafter(draft)) is None  # in-memory engines
+
+
+def test_the_key_names_both_models_and_the_drafter(tiny_engines):
+    target, draft = tiny_engines
+    by_model = calibrations.pair_key(target, AutoregressiveDrafter(draft))
+    by_lookup = calibrations.pair_key(target, PromptLookupDrafter())
+    assert by_model is not None and by_lookup is not None and by_model != by_lookup
+    named = json.loads(by_model)
+    assert named["draft"] == draft.profile_key and named["target"] == target.profile_key
+
+
+N = 200  # tokens: enough rounds on this prompt for the lookup's calibration to learn from
+
+
+def _repetitive_prompt(target) -> list[int]:
+    return target.tokenize("one two three four five six seven eight nine ten " * 6)
+
+
+def test_a_decoder_passes_what_it_learned_to_the_next(tiny_engines):
+    target, _ = tiny_engines
+    prompt = _repetitive_prompt(target)
+    plain = SpeculativeDecoder(target).generate(prompt, N, ignore_eog=True).tokens
+    first = SpeculativeDecoder(target, PromptLookupDrafter())
+    assert first.schedule.models[True].calibration == (0.0, 1.0, 0.0, 0.0)  # nothing remembered yet
+    out = first.generate(prompt, N, ignore_eog=True)
+    assert out.tokens == plain  # remembering never changes the output
+    learned = first.schedule.models[True].calibration
+    assert first.schedule.models[True].outcomes >= calibrations.MIN_OBSERVATIONS
+    key = calibrations.pair_key(target, PromptLookupDrafter())
+    assert calibrations.recall(key) == {True: pytest.approx(learned)}
+    second = SpeculativeDecoder(target, PromptLookupDrafter())
+    assert second.schedule.models[True].calibration == pytest.approx(learned)
+    assert second.generate(prompt, N, ignore_eog=True).tokens == plain
+
+
+def test_without_the_cache_nothing_is_read_or_written(tiny_engines):
+    target, _ = tiny_engines
+    prompt = _repetitive_prompt(target)
+    SpeculativeDecoder(target, PromptLookupDrafter(), profile_cache=False).generate(prompt, N, ignore_eog=True)
+    assert not calibrations.store_dir().exists() or not any(calibrations.store_dir().iterdir())
+    key = calibrations.pair_key(target, PromptLookupDrafter())
+    calibrations.remember(key, {True: (1.5, 1.0, 0.0, 0.0)})
+    cold = SpeculativeDecoder(target, PromptLookupDrafter(), profile_cache=False)
+    assert cold.schedule.models[True].calibration == (0.0, 1.0, 0.0, 0.0)
+
+
+def test_a_generation_that_learned_little_leaves_the_store_alone(tiny_engines):
+    target, _ = tiny_engines
+    decoder = SpeculativeDecoder(target, PromptLookupDrafter())
+    decoder.generate(_repetitive_prompt(target), 2, ignore_eog=True)  # one or two rounds: a guess
+    assert decoder.schedule.models[True].outcomes < calibrations.MIN_OBSERVATIONS
+    assert calibrations.recall(calibrations.pair_key(target, PromptLookupDrafter())) == {}
