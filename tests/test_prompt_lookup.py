@@ -180,3 +180,44 @@ def test_an_edit_in_open_text_is_not_learned():
     source = [1, 2, 3, USERS, 4, 5, 6, 7, USERS, 8, 9]
     output = [RECORDS if t == USERS else t for t in source]
     assert _copy_rounds(PromptLookupDrafter(), source + [200, 201], output).count(USERS) == 2
+
+
+class _StrictBudget:
+    """A schedule that trusts only the longest matches (a steep CPU curve): short matches aren't searched."""
+
+    min_confidence = 0.99
+
+    def confidence(self, bucket: int, position: int = 0) -> float:
+        return 0.5
+
+
+S = list(range(1, 41))  # a source of distinct tokens
+
+
+def _leave_and_write(copied: int, written: list[int]) -> list[tuple[int, ...]]:
+    """The output copied ``S[:copied]``, left it where a proposal continued, then wrote ``written``
+    one plain step at a time: the proposals made after each step."""
+    drafter = PromptLookupDrafter()
+    drafter.start(S + list(range(300, 400)) + S[:copied])  # (other text between source and copy)
+    assert drafter.propose(8).tokens == tuple(S[copied:copied + 8])  # the copy (any match will do here)
+    proposals = []
+    for token in written:
+        drafter.accept(0, [token])  # the first drafted token rejected (or a plain step): the target's own
+        proposals.append(drafter.propose(8, budget=_StrictBudget()).tokens)
+    return proposals
+
+
+def test_a_copy_that_drops_a_span_goes_on_after_it():
+    """The output drops S[20:30] and copies on: once it has written 5 tokens of the source again, the copy
+    resumes there, as sure as it was, instead of waiting for a 23-token match (config-edit dropped
+    lines of its source and waited 10 rounds). Fails without resuming (every proposal empty)."""
+    proposals = _leave_and_write(20, S[30:35])
+    assert proposals[:4] == [()] * 4  # 1-4 tokens back on the source: not yet evidence
+    assert proposals[4][:5] == tuple(S[35:40])
+
+
+def test_only_a_long_copy_resumes_and_only_just_past_where_it_left():
+    """A short match left (10 tokens) is no copy to resume; nor is the output writing source text from
+    before the point it left (it went back, not on)."""
+    assert _leave_and_write(10, S[20:30]) == [()] * 10
+    assert _leave_and_write(20, S[2:12]) == [()] * 10

@@ -19,6 +19,9 @@ MAX_SKIP = 4  # after failed searches, skip up to half this many rounds before s
 MAX_EDIT = 8  # tokens: the longest span an edit learned from a copy may replace, or put in its place
 MAX_EDITS = 16  # edits remembered per generation (the oldest is forgotten first)
 MIN_EDIT_RUN = 8  # tokens of its source the output followed right before an edit: shorter runs are not copies
+RESUME_RUN = 5  # tokens of its source the output writes again, past where it left it, for the copy to go on
+RESUME_AHEAD = 64  # tokens: how far past where the output left its source it may come back (a dropped span)
+MIN_RESUME_COPY = 16  # a copy is resumed only after it ran this long (a match of this many tokens)
 
 # Confidence buckets: a drafted token's effective match length m (the matched tail length plus
 # the tokens before it in the proposal: if those are accepted the match grows by them), whether
@@ -139,7 +142,10 @@ class PromptLookupDrafter(DrafterBase):
     (the target's own token there shows whether the edit is made again, at no cost); once it
     was, proposals draft the replacement (every later ``users`` of a rename to ``records``, each
     ``council`` of a rewrite). An edit the output does not make is forgotten, and the copy
-    goes on from the source.
+    goes on from the source. Where the output leaves a long copy and, within 64 tokens, writes
+    5 tokens of its source again just past where it left (a span dropped, replaced or put in:
+    a config with lines removed), the copy resumes there as sure as it was, instead of waiting
+    for a new match long enough to trust.
 
     ``memory_tokens`` > 0 also remembers earlier generations' contexts (prompt and output,
     the most recent ``memory_tokens`` tokens of them) and drafts from them when they match
@@ -176,6 +182,8 @@ class PromptLookupDrafter(DrafterBase):
         self._full = False  # the last round's committed tokens all followed the source (a copy run)
         self._shortest, self._shortest_age, self._shortest_full = min_ngram, 8, False
         self._misses = self._skip_searches = 0
+        # Where the output last left a copy: (source, position, context length then, match length then).
+        self._lost: tuple[_Index, int, int, int] | None = None
 
     @property
     def context(self) -> tuple[int, ...]:
@@ -193,6 +201,7 @@ class PromptLookupDrafter(DrafterBase):
         self._edits, self._edit_starts, self._confirmed, self._refuted = {}, {}, set(), set()  # per generation
         self._prompt_length = len(prompt_tokens)  # edits are learned from the output only
         self._misses = self._skip_searches = 0
+        self._lost = None
 
     def propose(self, max_tokens: int, policy: VerificationPolicy | None = None,
                 rng: np.random.Generator | None = None, budget: DraftBudget | None = None) -> DraftProposal:
@@ -230,7 +239,9 @@ class PromptLookupDrafter(DrafterBase):
                 self._src, self._full = (where, stop), True
                 self._match = min(self._match + len(committed), MAX_MATCH)
                 return
-            self._src = None
+            agree = next((i for i, (a, b) in enumerate(zip(committed, where.tokens[start:stop])) if a != b),
+                         len(committed))
+            self._leave(where, start + agree, len(committed) - agree)
             return
         while True:
             stream, states, spans = self._continuation(where, start, self._pending, len(committed) + 1)
@@ -251,8 +262,44 @@ class PromptLookupDrafter(DrafterBase):
                 self._forget_edit_span(spans[agree], refuted=True)
                 if first:
                     continue
-            self._src, self._pending = None, ()
+            self._leave(where, states[agree - 1][0] if agree else start, len(committed) - agree)
             return
+
+    def _leave(self, where: _Index, position: int, written: int) -> None:
+        """The output stopped following ``where`` at ``position`` and has written ``written`` tokens since."""
+        long_copy = self._match >= MIN_RESUME_COPY and where is self._ctx
+        self._lost = (where, position, len(self._ctx.tokens) - written, self._match) if long_copy else None
+        self._src, self._pending = None, ()
+
+    def _resume(self) -> bool:
+        """Whether the output, soon after it left a long copy, writes its source again a little past where
+        it left (a span replaced, dropped or put in: an edit): then the copy goes on from there as sure
+        as it was, without waiting for a new match long enough to trust (10-23 tokens: most of the
+        rounds an edit cost). Given up once the output has written ``RESUME_AHEAD`` tokens since."""
+        where, position, left_at, match = self._lost  # type: ignore[misc]
+        ctx, src = self._ctx.tokens, where.tokens
+        if len(ctx) - left_at > RESUME_AHEAD:
+            self._lost = None
+            return False
+        n = min(3, where.max_n)  # the tail is looked up by its last 3 tokens, then measured back
+        if len(ctx) - left_at < RESUME_RUN:
+            return False
+        tail = ctx[-n:]
+        found = where._catch_up(n).get(tail[-1] if n == 1 else hash(tuple(tail)))
+        if found is None:
+            return False
+        for end in ((found,) if type(found) is int else found):
+            if position + RESUME_RUN <= end <= position + RESUME_AHEAD and end < left_at and src[end - n:end] == tail:
+                length = n
+                while length < MAX_MATCH and length < end and src[end - 1 - length] == ctx[-1 - length]:
+                    length += 1
+                if length < RESUME_RUN:
+                    continue
+                self._learn_edit(where, end, length)
+                self._lost = None
+                self._src, self._pending, self._match, self._ambiguous = (where, end), (), match, False
+                return True
+        return False
 
     def _shortest_useful(self, budget: DraftBudget | None) -> int:
         """The shortest match whose first token could be verified: shorter ones aren't searched for.
@@ -281,6 +328,8 @@ class PromptLookupDrafter(DrafterBase):
         """Set the source to continue from: the sticky one, else the longest match in context or memory."""
         if self._src is not None:
             return True
+        if self._lost is not None and self._resume():
+            return True
         if shortest > MAX_MATCH:
             return False
         if self._skip_searches > 0:  # recent searches found nothing: look again in a few rounds
@@ -299,7 +348,7 @@ class PromptLookupDrafter(DrafterBase):
             self._misses = min(self._misses + 1, MAX_SKIP)
             self._skip_searches = self._misses // 2
             return False
-        self._misses = 0
+        self._misses, self._lost = 0, None
         self._learn_edit(where, pos, length)
         self._src, self._pending, self._match, self._ambiguous = (where, pos), (), length, ambiguous
         return True
