@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec_gguf.benchmark import geomean  # noqa: E402
-from specdec_gguf import calibrations  # noqa: E402
+from specdec_gguf.calibrations import store_dir  # noqa: E402
 from specdec_gguf.factory import make_decoder, open_engine  # noqa: E402
 from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
 from specdec_gguf.settings import DrafterSettings, EngineSettings  # noqa: E402
@@ -43,7 +43,7 @@ def main() -> None:
     draft = open_engine(EngineSettings(model=args.draft, n_ctx=2048, n_threads=args.threads)) if args.draft else None
     kind = "draft-model" if draft else "prompt-lookup"
     prompts = [(pid, target.tokenize(text)) for pid, _, text in PROMPT_SETS[args.set]]
-    shutil.rmtree(calibrations.store_dir(), ignore_errors=True)
+    shutil.rmtree(store_dir(), ignore_errors=True)
 
     def decoder(name: str):
         if name == "plain":
@@ -51,16 +51,7 @@ def main() -> None:
         if name.startswith("k="):
             return make_decoder(target, DrafterSettings(kind=kind, num_draft_tokens=int(name[2:]), adaptive=False),
                                 draft)
-        if name == "with":
-            return make_decoder(target, DrafterSettings(kind=kind), draft)
-        # Same cached cost profiles, but no calibration read, and none passed on (no key).
-        recall, calibrations.recall = calibrations.recall, lambda key: {}
-        try:
-            dec = make_decoder(target, DrafterSettings(kind=kind), draft)
-        finally:
-            calibrations.recall = recall
-        dec._calibration_key = None
-        return dec
+        return make_decoder(target, DrafterSettings(kind=kind), draft, remember=name == "with")
 
     names = ["plain", "with", "without", *(f"k={k}" for k in args.k)]
     make_decoder(target, DrafterSettings(kind="none")).generate(prompts[0][1], 16, ignore_eog=True)  # warm-up

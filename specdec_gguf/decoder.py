@@ -50,7 +50,9 @@ class SpeculativeDecoder:
     baseline). By default (``adaptive=True``) each round verifies only the drafted tokens
     that pay for their place in the verify pass, judged from the target's measured cost
     profile (cached on disk, see profile.py; ``profile_cache=False`` measures afresh) and
-    acceptance calibrated online; ``num_draft_tokens`` is then an upper bound (default: 8
+    acceptance calibrated online, starting from what earlier runs of the same models learned
+    (calibrations.py; ``remember=False``, or ``profile_cache=False``, neither reads nor
+    writes it); ``num_draft_tokens`` is then an upper bound (default: 8
     for a draft model, 32 for prompt lookup). ``adaptive=False`` drafts and verifies a fixed
     ``num_draft_tokens`` (default 4) every round; ``schedule`` plugs in any other
     :class:`DraftSchedule`. Proposals shorter than ``draft_min`` are not verified.
@@ -60,7 +62,7 @@ class SpeculativeDecoder:
 
     def __init__(self, target: SpeculativeEngine, drafter: DrafterEngine | None = None, *,
                  num_draft_tokens: int | None = None, adaptive: bool = True, draft_min: int = 0,
-                 schedule: DraftSchedule | None = None, profile_cache: bool = True,
+                 schedule: DraftSchedule | None = None, profile_cache: bool = True, remember: bool = True,
                  clock: Callable[[], float] = perf_counter) -> None:
         if num_draft_tokens is None:
             kind = drafter.name if drafter is not None and drafter.name == "prompt-lookup" else "draft-model"
@@ -86,7 +88,8 @@ class SpeculativeDecoder:
             elif drafter is None:
                 schedule = FixedSchedule(num_draft_tokens)  # never consulted: plain decoding drafts nothing
             else:
-                self._calibration_key = _calibrations.pair_key(target, drafter) if profile_cache else None
+                if profile_cache and remember:
+                    self._calibration_key = _calibrations.pair_key(target, drafter)
                 schedule = AdaptiveSchedule(
                     num_draft_tokens, target_costs=profile_for(target, use_cache=profile_cache),
                     draft_costs=profile_for(drafter.cost_engine, use_cache=profile_cache),

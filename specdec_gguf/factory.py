@@ -37,9 +37,12 @@ def make_drafter(settings: DrafterSettings, draft_engine: SpeculativeEngine | No
 
 
 def make_decoder(target: SpeculativeEngine, settings: DrafterSettings,
-                 draft_engine: SpeculativeEngine | None = None, *, profile_cache: bool = True) -> SpeculativeDecoder:
-    """A decoder for one run: the drafter plus a fixed or adaptive schedule (cost profiles from the
-    user cache unless ``profile_cache`` is False)."""
+                 draft_engine: SpeculativeEngine | None = None, *, profile_cache: bool = True,
+                 remember: bool = True) -> SpeculativeDecoder:
+    """A decoder for one run: the drafter plus a fixed or adaptive schedule (cost profiles and
+    remembered calibrations from the user cache unless ``profile_cache`` is False; calibrations
+    not unless ``remember`` is False)."""
     return SpeculativeDecoder(target, make_drafter(settings, draft_engine),
                               num_draft_tokens=settings.max_draft_tokens, adaptive=settings.adaptive,
-                              draft_min=settings.draft_min, profile_cache=profile_cache)
+                              draft_min=settings.draft_min, profile_cache=profile_cache,
+                              remember=remember)

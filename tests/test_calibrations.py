@@ -10,6 +10,7 @@ from specdec_gguf import SpeculativeDecoder, calibrations
 from specdec_gguf.confidence import AcceptanceModel
 from specdec_gguf.drafters import AutoregressiveDrafter, PromptLookupDrafter
 from specdec_gguf.errors import ConfigError
+from specdec_gguf.profile import profile_for
 
 PRIORS = [0.1, 0.3, 0.6, 0.9]
 
@@ -110,3 +111,16 @@ def test_a_generation_that_learned_little_leaves_the_store_alone(tiny_engines):
     decoder.generate(_repetitive_prompt(target), 2, ignore_eog=True)  # one or two rounds: a guess
     assert decoder.schedule.models[True].outcomes < calibrations.MIN_OBSERVATIONS
     assert calibrations.recall(calibrations.pair_key(target, PromptLookupDrafter())) == {}
+
+
+def test_remember_false_keeps_the_profiles_but_not_the_calibration(tiny_engines):
+    target, _ = tiny_engines
+    key = calibrations.pair_key(target, PromptLookupDrafter())
+    calibrations.remember(key, {True: (1.5, 1.0, 0.0, 0.0)})
+    profile_for(target)  # (measured and cached once, if no earlier test did)
+    fresh = SpeculativeDecoder(target, PromptLookupDrafter(), remember=False)
+    assert fresh.schedule.models[True].calibration == (0.0, 1.0, 0.0, 0.0)
+    assert fresh.schedule.profile is not None and fresh.schedule.profile.from_cache  # profiles still cached
+    fresh.generate(_repetitive_prompt(target), N, ignore_eog=True)
+    assert calibrations.recall(key) == {True: (1.5, 1.0, 0.0, 0.0)}  # nothing written either
+    assert SpeculativeDecoder(target, PromptLookupDrafter()).schedule.models[True].calibration == (1.5, 1.0, 0.0, 0.0)
