@@ -224,8 +224,10 @@ class SpeculativeDecoder:
 
     def _remember(self) -> None:
         """Pass what the schedule's calibration learned since the last time on to the next runs."""
+        if not isinstance(self.schedule, AdaptiveSchedule):
+            return  # (a key is set only with the adaptive schedule this decoder built)
         learned = {}
-        for greedy, (calibration, outcomes) in self.schedule.learned().items():  # type: ignore[attr-defined]
+        for greedy, (calibration, outcomes) in self.schedule.learned().items():
             if outcomes - self._remembered[greedy] >= _calibrations.MIN_OBSERVATIONS:
                 learned[greedy] = calibration
                 self._remembered[greedy] = outcomes

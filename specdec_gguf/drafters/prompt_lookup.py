@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..engine import DrafterBase
+from ..engine import DrafterBase, common_prefix_length
 from ..errors import ConfigError
 from ..proposal import NO_PROPOSAL, DraftProposal, VerificationPolicy
 from ..schedule import DraftBudget
@@ -93,6 +93,11 @@ class _Index:
         self._indexed[n] = len(toks)
         return table
 
+    def ends(self, tail: Sequence[int], n: int) -> Sequence[int]:
+        """Where the n-gram ``tail[-n:]`` ended earlier (ascending; a hash collision may slip in)."""
+        found = self._catch_up(n).get(tail[-1] if n == 1 else hash(tuple(tail[-n:])))
+        return () if found is None else (found,) if type(found) is int else found
+
     def best_match(self, tail: list[int], shortest: int = 1) -> tuple[int, int, bool]:
         """(continuation start, match length, ambiguous) of the longest earlier match of ``tail``'s end.
 
@@ -101,11 +106,7 @@ class _Index:
         """
         toks, size, limit = self.tokens, len(self.tokens), min(MAX_MATCH, len(tail))
         for n in range(min(self.max_n, len(tail)), max(self.min_n, shortest) - 1, -1):
-            found = self._catch_up(n).get(tail[-1] if n == 1 else hash(tuple(tail[-n:])))
-            if found is None:
-                continue
-            if type(found) is int:
-                found = (found,)
+            found = self.ends(tail, n)
             best, best_len, first_next, ambiguous = -1, 0, None, False
             for pos in reversed(found[-CANDIDATES:]):
                 if pos >= size or toks[pos] == SEPARATOR:
@@ -239,8 +240,7 @@ class PromptLookupDrafter(DrafterBase):
                 self._src, self._full = (where, stop), True
                 self._match = min(self._match + len(committed), MAX_MATCH)
                 return
-            agree = next((i for i, (a, b) in enumerate(zip(committed, where.tokens[start:stop])) if a != b),
-                         len(committed))
+            agree = common_prefix_length(committed, where.tokens[start:stop])  # (a rejection: not every round)
             self._leave(where, start + agree, len(committed) - agree)
             return
         while True:
@@ -285,10 +285,7 @@ class PromptLookupDrafter(DrafterBase):
         if len(ctx) - left_at < RESUME_RUN:
             return False
         tail = ctx[-n:]
-        found = where._catch_up(n).get(tail[-1] if n == 1 else hash(tuple(tail)))
-        if found is None:
-            return False
-        for end in ((found,) if type(found) is int else found):
+        for end in where.ends(tail, n):
             if position + RESUME_RUN <= end <= position + RESUME_AHEAD and end < left_at and src[end - n:end] == tail:
                 length = n
                 while length < MAX_MATCH and length < end and src[end - 1 - length] == ctx[-1 - length]:
