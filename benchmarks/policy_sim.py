@@ -7,6 +7,11 @@ A trace is a prompt plus the target's greedy output (synthetic ones are built he
 "n_vocab"}). Each run uses a fresh decoder (cold, as `specdec run`), so what counts
 is how fast the policy learns. Reports simulated throughput relative to plain decoding,
 for adaptive and fixed k, and adaptive's ratio to the best fixed k.
+
+`--remembered` adds a second adaptive run per trace that starts from the calibration the
+earlier runs on the same curve left (as `specdec run` does with the user cache: the other
+traces' cold runs, blended in order as calibrations.remember blends them; never the trace's
+own run), and reports that one as "adaptive" (the cold one beside it).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec_gguf.simulation import CURVES, Trace, simulate, synthetic_traces  # noqa: E402
+from specdec_gguf.simulation import CURVES, Trace, remembered, simulate_run, synthetic_traces  # noqa: E402
 
 
 def load_traces(path: Path) -> list[Trace]:
@@ -42,31 +47,42 @@ def main() -> None:
                         help="the simulated draft's confidences (see simulation.draft_pattern)")
     parser.add_argument("--agreement", type=float, default=0.8, help="the simulated draft's agreement in easy stretches")
     parser.add_argument("--only-recorded", action="store_true")
+    parser.add_argument("--remembered", action="store_true",
+                        help="adaptive starts from the calibration the other traces' runs left (a second run)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     traces = [] if args.only_recorded else synthetic_traces()
     if args.traces:
         traces += load_traces(args.traces)
-    ks = [1, 2, 4, 8, 16] if args.drafter == "prompt-lookup" else [1, 2, 4, 8]
+    ks = [1, 2, 4, 8, 16, 32] if args.drafter == "prompt-lookup" else [1, 2, 4, 8]
     rows = []
     for n in [int(x) for x in args.n.split(",")]:
         for curve in CURVES:
+            runs = {}
             for trace in traces:
-                run = functools.partial(simulate, trace, curve, n, drafter=args.drafter,
+                run = functools.partial(simulate_run, trace, curve, n, drafter=args.drafter,
                                         agreement=args.agreement, draft_style=args.draft_style)
-                plain, adaptive = run(0), run(None)
-                fixed = {k: run(k) for k in ks}
+                runs[trace.id] = run, run(0).seconds, run(None)
+            for trace in traces:
+                run, plain, cold = runs[trace.id]
+                adaptive = cold.seconds
+                if args.remembered:
+                    others = [runs[t.id][2] for t in traces if t.id != trace.id]
+                    adaptive = run(None, calibrations=remembered(others)).seconds
+                fixed = {k: run(k).seconds for k in ks}
                 best_k = min(fixed, key=fixed.get)
                 rows.append({"n": n, "curve": curve, "trace": trace.id, "adaptive": plain / adaptive,
-                             "best_fixed": plain / fixed[best_k], "best_k": best_k,
+                             "cold": plain / cold.seconds, "best_fixed": plain / fixed[best_k], "best_k": best_k,
                              "vs_best": fixed[best_k] / adaptive})
     if args.json:
         print(json.dumps(rows))
         return
-    print(f"{'n':>4} {'curve':<11} {'trace':<18} {'adaptive':>8} {'best k':>7} {'best fixed':>10} {'vs best':>8}")
+    cold = f" {'cold':>6}" if args.remembered else ""
+    print(f"{'n':>4} {'curve':<11} {'trace':<18} {'adaptive':>8}{cold} {'best k':>7} {'best fixed':>10} {'vs best':>8}")
     for r in rows:
         flag = " <" if r["adaptive"] < 0.97 else ""
-        print(f"{r['n']:>4} {r['curve']:<11} {r['trace']:<18} {r['adaptive']:>7.2f}x {r['best_k']:>7} "
+        cold = f" {r['cold']:>5.2f}x" if args.remembered else ""
+        print(f"{r['n']:>4} {r['curve']:<11} {r['trace']:<18} {r['adaptive']:>7.2f}x{cold} {r['best_k']:>7} "
               f"{r['best_fixed']:>9.2f}x {r['vs_best']:>7.2f}x{flag}")
     worst = min(rows, key=lambda r: r["adaptive"])
     print(f"worst adaptive/plain: {worst['adaptive']:.3f} ({worst['curve']}, {worst['trace']}, n={worst['n']}); "

@@ -85,6 +85,14 @@ def recall(key: str | None) -> dict[bool, Calibration]:
     return {greedy: cal for greedy, cal in found.items() if cal is not None}
 
 
+def blend(old: Sequence[float] | None, new: Sequence[float]) -> Calibration | None:
+    """``old`` moved ``BLEND`` of the way to ``new`` (``new`` itself when there is no ``old``), within
+    bounds; None if the result is no calibration (not finite)."""
+    fresh = tuple(float(v) for v in new)
+    moved = fresh if old is None else tuple(o + BLEND * (n - o) for o, n in zip(old, fresh))
+    return _valid([min(max(v, lo), hi) for v, (lo, hi) in zip(moved, _BOUNDS)])
+
+
 def remember(key: str | None, learned: Mapping[bool, Sequence[float]]) -> None:
     """Move the stored calibrations ``BLEND`` of the way to ``learned`` (stored as is when there is
     none yet) and write them (profile.write_cache_file)."""
@@ -92,11 +100,8 @@ def remember(key: str | None, learned: Mapping[bool, Sequence[float]]) -> None:
         return
     stored = recall(key)
     for greedy, cal in learned.items():
-        new = tuple(float(v) for v in cal)
-        old = stored.get(greedy)
-        blended = new if old is None else tuple(o + BLEND * (n - o) for o, n in zip(old, new))
-        clamped = _valid([min(max(v, lo), hi) for v, (lo, hi) in zip(blended, _BOUNDS)])
-        if clamped is not None:
-            stored[greedy] = clamped
+        blended = blend(stored.get(greedy), cal)
+        if blended is not None:
+            stored[greedy] = blended
     write_cache_file(_path_for(key), {"format": FORMAT, "key": key, **{
         name: list(stored[greedy]) for greedy, name in ((True, "greedy"), (False, "sampled")) if greedy in stored}})

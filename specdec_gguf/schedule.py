@@ -182,8 +182,9 @@ class AdaptiveSchedule:
     (``DrafterEngine.acceptance_priors``). ``draft_catch_up``: the most committed tokens a
     proposal's first pass takes in (``DrafterEngine.max_catch_up``; None: all), which prices
     a look after plain steps. ``calibrations``: per policy, the pooled calibration of the
-    priors to start from (what earlier runs learned: calibrations.py; None: the priors as
-    given). State carries across generations on one decoder.
+    priors to pull the fit towards once this run's outcomes come in (what earlier runs learned:
+    calibrations.py; None: the priors as given; see AcceptanceModel). State carries across
+    generations on one decoder.
     """
 
     def __init__(self, k_max: int, *, target_costs: CostProfile | None = None,
@@ -445,7 +446,7 @@ class AdaptiveSchedule:
     def learned(self) -> dict[bool, tuple[tuple[float, float, float, float], int]]:
         """Per policy whose drafter has buckets: the pooled calibration learned so far and how many
         outcomes taught it (what calibrations.py keeps for the next run)."""
-        return {g: (m.calibration, m.outcomes) for g, m in self.models.items() if not self._slot_buckets[g]}
+        return {g: (m.fitted(), m.outcomes) for g, m in self.models.items() if not self._slot_buckets[g]}
 
     # -- learning -----------------------------------------------------------------------------------
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,

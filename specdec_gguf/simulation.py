@@ -8,10 +8,11 @@ and exact: the simulated target's output is the trace, whatever the policy draft
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Mapping, Sequence
 
 import numpy as np
 
+from .calibrations import MIN_OBSERVATIONS, Calibration, blend
 from .decoder import SpeculativeDecoder
 from .drafters import AutoregressiveDrafter, PromptLookupDrafter
 from .engines.simulated import SimulatedDraftEngine, TraceEngine, VirtualClock
@@ -124,15 +125,34 @@ def draft_pattern(rng: np.random.Generator, n: int, agreement: float,
     return agree, conf
 
 
+@dataclass(frozen=True)
+class SimulatedRun:
+    """One simulated run: its generation seconds and, for the adaptive schedule, what it learned
+    (``AdaptiveSchedule.learned()``: per policy, the pooled calibration and how many outcomes taught it)."""
+
+    seconds: float
+    learned: dict[bool, tuple[tuple[float, float, float, float], int]]
+
+
 def simulate(trace: Trace, curve: str, max_tokens: int, k: int | None, *, drafter: str = "prompt-lookup",
              agreement: float = 0.8, draft_ratio: float = 0.1, draft_style: DraftStyle = "informative",
              seed: int = 0, schedule: DraftSchedule | None = None) -> float:
-    """Simulated generation seconds of one cold run on ``trace``.
+    """Simulated generation seconds of one cold run on ``trace`` (see :func:`simulate_run`)."""
+    return simulate_run(trace, curve, max_tokens, k, drafter=drafter, agreement=agreement, draft_ratio=draft_ratio,
+                        draft_style=draft_style, seed=seed, schedule=schedule).seconds
+
+
+def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, drafter: str = "prompt-lookup",
+                 agreement: float = 0.8, draft_ratio: float = 0.1, draft_style: DraftStyle = "informative",
+                 seed: int = 0, schedule: DraftSchedule | None = None,
+                 calibrations: Mapping[bool, Sequence[float]] | None = None) -> SimulatedRun:
+    """One run on ``trace`` with a fresh decoder.
 
     ``k`` None: the adaptive schedule (or ``schedule``, if given); 0: plain decoding; else fixed k.
     ``drafter`` "draft-model" simulates a draft agreeing with the target ``agreement`` of the
     time in easy stretches, costing ``draft_ratio`` of a target pass per token, with confidences
-    of ``draft_style`` (see :func:`draft_pattern`).
+    of ``draft_style`` (see :func:`draft_pattern`). ``calibrations``: what the adaptive schedule
+    starts from, as a run that remembers earlier runs' calibrations would (calibrations.py).
     """
     costs = curve_profile(curve)
     clock = VirtualClock()
@@ -152,7 +172,7 @@ def simulate(trace: Trace, curve: str, max_tokens: int, k: int | None, *, drafte
         schedule = schedule or AdaptiveSchedule(
             default_num_draft_tokens(drafter, True), target_costs=costs, draft_costs=draft_costs,
             free_drafter=drafter == "prompt-lookup", draft_catch_up=drafting.max_catch_up,
-            priors={g: drafting.acceptance_priors(g) for g in (True, False)})
+            priors={g: drafting.acceptance_priors(g) for g in (True, False)}, calibrations=calibrations)
         decoder = SpeculativeDecoder(target, drafting, schedule=schedule, clock=clock)
     else:
         decoder = SpeculativeDecoder(target, drafting, num_draft_tokens=k, adaptive=False, clock=clock)
@@ -160,4 +180,19 @@ def simulate(trace: Trace, curve: str, max_tokens: int, k: int | None, *, drafte
     result = decoder.generate(trace.prompt, n, ignore_eog=True)
     if result.tokens != trace.output[:n]:
         raise AssertionError(f"simulation of {trace.id} broke greedy exactness")
-    return result.stats.generation_seconds
+    learned = schedule.learned() if k is None and isinstance(schedule, AdaptiveSchedule) else {}
+    return SimulatedRun(result.stats.generation_seconds, learned)
+
+
+def remembered(runs: Sequence[SimulatedRun]) -> dict[bool, Calibration]:
+    """The calibrations the user cache would hold after ``runs``, in order: each run that learned from
+    at least ``MIN_OBSERVATIONS`` outcomes moves them half way (calibrations.blend), as a decoder's
+    remember step does."""
+    stored: dict[bool, Calibration] = {}
+    for run in runs:
+        for greedy, (calibration, outcomes) in run.learned.items():
+            if outcomes >= MIN_OBSERVATIONS:
+                moved = blend(stored.get(greedy), calibration)
+                if moved is not None:
+                    stored[greedy] = moved
+    return stored

@@ -20,7 +20,7 @@ from specdec_gguf.proposal import NO_PROPOSAL
 from specdec_gguf.confidence import AcceptanceModel
 from specdec_gguf.profile import CostProfile, load_cached, measure, profile_for, save
 from specdec_gguf.schedule import AdaptiveSchedule, DraftSchedule, FixedSchedule, ScheduleConstants
-from specdec_gguf.simulation import CURVES, Trace, curve_profile, simulate, synthetic_traces
+from specdec_gguf.simulation import CURVES, Trace, curve_profile, remembered, simulate, simulate_run, synthetic_traces
 
 TRACES = synthetic_traces()
 
@@ -338,6 +338,24 @@ def test_prompt_lookup_never_loses_to_plain_decoding(curve, n):
         plain = simulate(trace, curve, n, 0)
         adaptive = simulate(trace, curve, n, None)
         assert plain / adaptive >= 0.97, (trace.id, plain / adaptive)
+
+
+@pytest.mark.parametrize("curve", sorted(CURVES))
+def test_a_remembered_calibration_never_loses_to_plain_decoding(curve):
+    """A run starting with what runs on the other prompts left in the user cache (calibrations.py),
+    as ``specdec run`` does: still >= 0.97x plain on every trace. Fails when the model starts at the
+    remembered calibration instead of confirming it first (0.91x: tiny-f32, chat-short-0)."""
+    checked = 0
+    for n in (64, 256):
+        cold = {t.id: simulate_run(t, curve, n, None) for t in TRACES}
+        for trace in TRACES:
+            start = remembered([cold[t.id] for t in TRACES if t is not trace])
+            if not start:
+                continue  # nothing worth remembering (a linear curve: no run drafts)
+            checked += 1
+            adaptive = simulate_run(trace, curve, n, None, calibrations=start).seconds
+            assert simulate(trace, curve, n, 0) / adaptive >= 0.97, (trace.id, n)
+    assert checked or curve == "linear"
 
 
 def test_the_never_loses_check_can_fail():
