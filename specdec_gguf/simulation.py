@@ -25,6 +25,7 @@ from .settings import default_num_draft_tokens
 # and a GPU-like one where verifying more tokens is nearly free.
 CURVES: dict[str, tuple[float, dict[int, float], float]] = {
     "gemma-epyc": (13e-3, {1: 1, 2: 1.87, 3: 2.11, 5: 3.59, 9: 4.57, 17: 6.92}, 0.07),
+    "gemma-epyc-1t": (18e-3, {1: 1, 2: 2.31, 3: 2.79, 5: 4.68, 9: 6.07, 17: 8.5}, 0.03),
     "49k-xeon": (27e-3, {1: 1, 2: 1.49, 3: 2.06, 5: 3.87, 9: 6.21}, 0.05),
     "tiny-f32": (0.24e-3, {1: 1, 2: 1.55, 3: 2.25, 5: 3.24, 9: 5.79}, 0.6),
     "linear": (10e-3, {1: 1, 2: 2, 3: 3, 5: 5, 9: 9}, 0.0),
