@@ -7,6 +7,7 @@ the trials, and the command's output contract on tiny models.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -69,6 +70,22 @@ def test_adaptive_is_compared_with_the_best_fixed_k_of_each_prompt():
     assert adaptive.vs_best_fixed == pytest.approx({"a": 300 / 200, "b": 100 / 80})
     assert adaptive.vs_best_fixed_geomean == pytest.approx(math.sqrt(1.5 * 1.25))
     assert reports["lookup k=2"].vs_best_fixed == {} and reports["lookup k=2"].vs_best_fixed_geomean is None
+
+
+def test_a_fixed_k_that_wrote_another_answer_is_not_the_best_fixed_k():
+    """A fixed k whose output on a prompt differs from plain's (its batched passes tipped a near-tie) is
+    left out of that prompt's best fixed k: the comparison is on the same answer. Prompt b: k=2 (75
+    tok/s at best, another answer) would be the best; k=4 (80) is, as before. Make k=2 the fastest on
+    b and it still doesn't count; where no fixed k kept plain's output, all count."""
+    trials = synthetic_trials()
+    faster = [dataclasses.replace(t, throughput=400.0) if t.strategy == "lookup k=2" and t.prompt_id == "b" else t
+              for t in trials]
+    adaptive = {r.name: r for r in summarize(faster, STRATEGIES)}["lookup adaptive"]
+    assert adaptive.vs_best_fixed["b"] == pytest.approx(100 / 80)  # not 100 / 400
+    drifted = [dataclasses.replace(t, tokens=(9,)) if t.strategy == "lookup k=4" and t.prompt_id == "b" else t
+               for t in faster]
+    adaptive = {r.name: r for r in summarize(drifted, STRATEGIES)}["lookup adaptive"]
+    assert adaptive.vs_best_fixed["b"] == pytest.approx(100 / 400)  # nothing like-for-like left: all count
 
 
 def test_trials_are_interleaved_after_a_warm_up(tiny_engines):
