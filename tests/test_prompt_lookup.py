@@ -221,3 +221,27 @@ def test_only_a_long_copy_resumes_and_only_just_past_where_it_left():
     before the point it left (it went back, not on)."""
     assert _leave_and_write(10, S[20:30]) == [()] * 10
     assert _leave_and_write(20, S[2:12]) == [()] * 10
+
+
+class _LongishBudget(_StrictBudget):
+    """Trusts matches of 5 tokens or more (bucket 4 on): those are searched for, shorter ones not."""
+
+    min_confidence = 0.6
+
+    def confidence(self, bucket: int, position: int = 0) -> float:
+        return 0.9 if bucket // 4 >= 4 else 0.1
+
+
+def test_a_short_match_in_between_does_not_stop_a_copy_resuming():
+    """After leaving the copy the output writes 8 tokens found elsewhere (a short match of its own), leaves
+    that too, then writes the source again just past where it left: the copy resumes with the
+    confidence it had (its 20-token match), not as a new 5-token match. Fails when a short match found
+    by a search forgets the copy left (the proposal then comes from a 5-token match)."""
+    drafter = PromptLookupDrafter()
+    drafter.start(S + list(range(300, 400)) + S[:20])
+    assert drafter.propose(8).tokens == tuple(S[20:28])
+    for token in list(range(350, 358)) + [999] + S[30:35]:
+        drafter.accept(0, [token])
+        proposal = drafter.propose(8, budget=_LongishBudget())
+    assert proposal.tokens[:5] == tuple(S[35:40])
+    assert proposal.buckets[0] // 4 >= 7  # a match of 15 or more: the copy's own

@@ -267,8 +267,9 @@ class PromptLookupDrafter(DrafterBase):
 
     def _leave(self, where: _Index, position: int, written: int) -> None:
         """The output stopped following ``where`` at ``position`` and has written ``written`` tokens since."""
-        long_copy = self._match >= MIN_RESUME_COPY and where is self._ctx
-        self._lost = (where, position, len(self._ctx.tokens) - written, self._match) if long_copy else None
+        if self._match >= MIN_RESUME_COPY and where is self._ctx:
+            self._lost = (where, position, len(self._ctx.tokens) - written, self._match)
+        # (Leaving a short match keeps the long copy left before it, which may still resume.)
         self._src, self._pending = None, ()
 
     def _resume(self) -> bool:
@@ -323,9 +324,12 @@ class PromptLookupDrafter(DrafterBase):
 
     def _find(self, shortest: int) -> bool:
         """Set the source to continue from: the sticky one, else the longest match in context or memory."""
-        if self._src is not None:
+        # A short match followed since the output left a long copy does not stop that copy resuming.
+        if self._src is not None and (self._lost is None or self._match >= MIN_RESUME_COPY):
             return True
         if self._lost is not None and self._resume():
+            return True
+        if self._src is not None:
             return True
         if shortest > MAX_MATCH:
             return False
@@ -345,7 +349,9 @@ class PromptLookupDrafter(DrafterBase):
             self._misses = min(self._misses + 1, MAX_SKIP)
             self._skip_searches = self._misses // 2
             return False
-        self._misses, self._lost = 0, None
+        self._misses = 0
+        if length >= MIN_RESUME_COPY:
+            self._lost = None  # a long copy of its own: the one left is not coming back
         self._learn_edit(where, pos, length)
         self._src, self._pending, self._match, self._ambiguous = (where, pos), (), length, ambiguous
         return True
