@@ -68,7 +68,9 @@ def per_prompt_table(reports: list[StrategyReport]) -> Table:
     for pid in prompt_ids:
         table.add_column(pid, justify="right", no_wrap=True)
     for r in reports:
-        table.add_row(r.name, *(_x(r.per_prompt_speedup.get(pid)) for pid in prompt_ids))
+        # ≠: this output is not plain decoding's (a near-tie tipped by batched passes): another answer's speed
+        table.add_row(r.name, *(_x(r.per_prompt_speedup.get(pid)) + (" ≠" if r.same_output.get(pid) is False else "")
+                                for pid in prompt_ids))
     for r in reports:
         if r.vs_best_fixed:
             table.add_row(f"{r.name} / best fixed k", *(_x(r.vs_best_fixed.get(pid)) for pid in prompt_ids),

@@ -61,6 +61,8 @@ class StrategyReport:
     vs_best_fixed: dict[str, float] = field(default_factory=dict)
     vs_best_fixed_geomean: float | None = None
     greedy_match: float | None = None  # share of prompts whose output equals plain decoding's
+    # our strategies: per prompt, whether the (first trial's) output equals plain decoding's
+    same_output: dict[str, bool] = field(default_factory=dict)
     python_share: float | None = None  # median share of generation time outside llama_decode
 
 
@@ -176,7 +178,9 @@ def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy]) -> list[S
             vs_best_fixed_geomean=geomean(list(vs_best.values())) if vs_best else None,
             python_share=statistics.median(shares) if shares else None,
             greedy_match=(sum(first_tokens(s.name, p) == plain_tokens[p] for p in prompt_ids) / len(prompt_ids))
-            if plain and not s.peer else None))
+            if plain and not s.peer else None,
+            same_output={p: first_tokens(s.name, p) == plain_tokens[p] for p in prompt_ids}
+            if plain and not s.peer else {}))
     return reports
 
 

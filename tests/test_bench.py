@@ -57,6 +57,7 @@ def test_speedup_is_the_geometric_mean_of_per_prompt_median_ratios():
     assert plain.speedup == 1.0 and plain.per_prompt_speedup == {"a": 1.0, "b": 1.0}
     assert plain.greedy_match == 1.0
     assert lookup.greedy_match == 0.5  # prompt b's output differs from plain's
+    assert lookup.same_output == {"a": True, "b": False} and plain.same_output == {"a": True, "b": True}
     peer = reports[PEER.name]
     assert peer.speedup == pytest.approx(math.sqrt(1.2 * 1.2)) and peer.greedy_match is None  # not our output
 
@@ -86,6 +87,19 @@ def test_a_fixed_k_that_wrote_another_answer_is_not_the_best_fixed_k():
                for t in faster]
     adaptive = {r.name: r for r in summarize(drifted, STRATEGIES)}["lookup adaptive"]
     assert adaptive.vs_best_fixed["b"] == pytest.approx(100 / 400)  # nothing like-for-like left: all count
+
+
+def test_the_per_prompt_table_marks_an_output_that_is_not_plains():
+    """A speed measured on another answer (k=2 on prompt b) is marked, so nobody reads it as like for like."""
+    from rich.console import Console
+
+    from specdec_cli.bench import per_prompt_table
+
+    console = Console(width=200, record=True)
+    console.print(per_prompt_table(summarize(synthetic_trials(), STRATEGIES)))
+    rows = {line.split("│")[1].strip(): line for line in console.export_text().splitlines() if line.count("│") > 2}
+    assert "≠" in rows["lookup k=2"].split("│")[3] and "≠" not in rows["lookup k=2"].split("│")[2]
+    assert "≠" not in rows["lookup k=4"] and "≠" not in rows[PEER.name]
 
 
 def test_trials_are_interleaved_after_a_warm_up(tiny_engines):
