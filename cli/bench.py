@@ -93,7 +93,7 @@ def bench(
     draft_model: Annotated[Optional[Path], typer.Option("-md", "--draft-model", "--model-draft", help="Draft model strategies.")] = None,
     prompt_lookup: Annotated[bool, typer.Option("--prompt-lookup/--no-prompt-lookup", help="Prompt lookup strategies.")] = True,
     ks: Annotated[str, typer.Option("--k", help="Fixed k values to sweep, comma-separated.")] = "1,2,4,8",
-    adaptive_k: Annotated[Optional[int], typer.Option("--adaptive-k", help="Largest k the adaptive schedule may choose (default: 8 draft model, 32 lookup).")] = None,
+    adaptive_k: Annotated[Optional[int], typer.Option("--adaptive-k", help="Largest k the adaptive schedule may choose (default: 8 draft model, 64 lookup).")] = None,
     ngram_max: Annotated[int, typer.Option("--ngram-max")] = 3,
     prompt_set: Annotated[str, typer.Option("--set", help=f"Built-in prompts: {', '.join(PROMPT_SETS)}.")] = "default",
     prompts_file: Annotated[Optional[Path], typer.Option("--prompts", help="JSONL prompts (id, text) instead of a built-in set.")] = None,

@@ -53,7 +53,7 @@ class SpeculativeDecoder:
     acceptance calibrated online, starting from what earlier runs of the same models learned
     (calibrations.py; ``remember=False``, or ``profile_cache=False``, neither reads nor
     writes it); ``num_draft_tokens`` is then an upper bound (default: 8
-    for a draft model, 32 for prompt lookup). ``adaptive=False`` drafts and verifies a fixed
+    for a draft model, 64 for prompt lookup). ``adaptive=False`` drafts and verifies a fixed
     ``num_draft_tokens`` (default 4) every round; ``schedule`` plugs in any other
     :class:`DraftSchedule`. Proposals shorter than ``draft_min`` are not verified.
     Greedy output equals the target's own greedy output for any drafter and k; sampling

@@ -38,7 +38,7 @@ def default_num_draft_tokens(kind: DrafterKind, adaptive: bool) -> int:
     """
     if not adaptive:
         return 4
-    return 32 if kind == "prompt-lookup" else 8
+    return 64 if kind == "prompt-lookup" else 8
 
 
 def interpreter_path(value: str | os.PathLike[str]) -> Path:

@@ -157,7 +157,7 @@ def test_in_memory_vocab_sizes_must_match(target):
 # -- settings: one source of truth --------------------------------------------------------------------
 def test_default_draft_length_is_decided_once():
     assert DrafterSettings(kind="draft-model").max_draft_tokens == 8
-    assert DrafterSettings(kind="prompt-lookup").max_draft_tokens == 32
+    assert DrafterSettings(kind="prompt-lookup").max_draft_tokens == 64
     assert DrafterSettings(kind="draft-model", adaptive=False).max_draft_tokens == 4
     assert DrafterSettings(kind="draft-model", num_draft_tokens=3).max_draft_tokens == 3
     assert DrafterSettings(kind="draft-model").resolved()["num_draft_tokens"] == 8
