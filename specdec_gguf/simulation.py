@@ -152,8 +152,9 @@ def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, dr
     ``k`` None: the adaptive schedule (or ``schedule``, if given); 0: plain decoding; else fixed k.
     ``drafter`` "draft-model" simulates a draft agreeing with the target ``agreement`` of the
     time in easy stretches, costing ``draft_ratio`` of a target pass per token, with confidences
-    of ``draft_style`` (see :func:`draft_pattern`). ``calibrations``: what the adaptive schedule
-    starts from, as a run that remembers earlier runs' calibrations would (calibrations.py).
+    of ``draft_style`` (see :func:`draft_pattern`). ``calibrations``: the calibrations earlier runs
+    left in the store (calibrations.py), which the adaptive schedule pulls its fit towards, as
+    ``specdec run`` does after earlier runs with the same models.
     """
     costs = curve_profile(curve)
     clock = VirtualClock()
