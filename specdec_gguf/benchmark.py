@@ -61,7 +61,7 @@ class StrategyReport:
     vs_best_fixed: dict[str, float] = field(default_factory=dict)
     vs_best_fixed_geomean: float | None = None
     greedy_match: float | None = None  # share of prompts whose output equals plain decoding's
-    # our strategies: per prompt, whether the (first trial's) output equals plain decoding's
+    # our strategies: per prompt, whether every trial's output equals plain decoding's
     same_output: dict[str, bool] = field(default_factory=dict)
     python_share: float | None = None  # median share of generation time outside llama_decode
 
@@ -146,6 +146,10 @@ def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy]) -> list[S
         return next((t.tokens for t in trials if t.strategy == name and t.prompt_id == pid), None)
 
     plain_tokens = {pid: first_tokens(plain, pid) for pid in prompt_ids} if plain else {}
+
+    def same(name: str, pid: str) -> bool:
+        """Whether every trial of ``name`` on ``pid`` wrote plain decoding's answer (one that drifted counts)."""
+        return all(t.tokens == plain_tokens[pid] for t in trials if t.strategy == name and t.prompt_id == pid)
     # (drafter kind, prompt) -> best fixed-k median throughput, among the fixed k whose output on the
     # prompt is plain decoding's: a k whose batched passes tipped a near-tie wrote another answer
     # (often a more repetitive one, faster to draft), which is no like-for-like comparison. Only
@@ -154,9 +158,9 @@ def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy]) -> list[S
     for kind in {s.drafter.kind for s in strategies if s.is_fixed}:
         fixed = [s for s in strategies if s.is_fixed and s.drafter.kind == kind and s.name in present]
         for pid in prompt_ids:
-            same = [s for s in fixed if not plain or first_tokens(s.name, pid) == plain_tokens[pid]]
-            if same or fixed:
-                best_fixed[(kind, pid)] = max(med(s.name, pid) for s in same or fixed)
+            kept = [s for s in fixed if not plain or same(s.name, pid)]
+            if kept or fixed:
+                best_fixed[(kind, pid)] = max(med(s.name, pid) for s in kept or fixed)
     reports = []
     for s in strategies:
         mine = [t for t in trials if t.strategy == s.name]
@@ -177,10 +181,8 @@ def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy]) -> list[S
             per_prompt_speedup=per_prompt, vs_best_fixed=vs_best,
             vs_best_fixed_geomean=geomean(list(vs_best.values())) if vs_best else None,
             python_share=statistics.median(shares) if shares else None,
-            greedy_match=(sum(first_tokens(s.name, p) == plain_tokens[p] for p in prompt_ids) / len(prompt_ids))
-            if plain and not s.peer else None,
-            same_output={p: first_tokens(s.name, p) == plain_tokens[p] for p in prompt_ids}
-            if plain and not s.peer else {}))
+            greedy_match=(sum(same(s.name, p) for p in prompt_ids) / len(prompt_ids)) if plain and not s.peer else None,
+            same_output={p: same(s.name, p) for p in prompt_ids} if plain and not s.peer else {}))
     return reports
 
 

@@ -89,6 +89,15 @@ def test_a_fixed_k_that_wrote_another_answer_is_not_the_best_fixed_k():
     assert adaptive.vs_best_fixed["b"] == pytest.approx(100 / 400)  # nothing like-for-like left: all count
 
 
+def test_an_output_that_drifted_in_a_later_trial_is_not_plains():
+    """Adaptive's pass sizes follow the timings, so one trial may write plain's answer and the next
+    another: the prompt counts as not matching. Fails when only the first trial is compared."""
+    trials = [dataclasses.replace(t, tokens=(9,)) if t.strategy == "lookup adaptive" and t.prompt_id == "a"
+              and t.repeat == 2 else t for t in synthetic_trials()]
+    adaptive = {r.name: r for r in summarize(trials, STRATEGIES)}["lookup adaptive"]
+    assert adaptive.same_output == {"a": False, "b": True} and adaptive.greedy_match == 0.5
+
+
 def test_the_per_prompt_table_marks_an_output_that_is_not_plains():
     """A speed measured on another answer (k=2 on prompt b) is marked, so nobody reads it as like for like."""
     from rich.console import Console
