@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from typing import Sequence
 
 import numpy as np
@@ -286,8 +287,11 @@ class PromptLookupDrafter(DrafterBase):
         if len(ctx) - left_at < RESUME_RUN:
             return False
         tail = ctx[-n:]
-        for end in where.ends(tail, n):
-            if position + RESUME_RUN <= end <= position + RESUME_AHEAD and end < left_at and src[end - n:end] == tail:
+        found = where.ends(tail, n)  # ascending: only the window past where the output left is scanned
+        window = found[bisect.bisect_left(found, position + RESUME_RUN):
+                       bisect.bisect_right(found, min(position + RESUME_AHEAD, left_at - 1))]
+        for end in window:
+            if src[end - n:end] == tail:
                 length = n
                 while length < MAX_MATCH and length < end and src[end - 1 - length] == ctx[-1 - length]:
                     length += 1
@@ -325,9 +329,7 @@ class PromptLookupDrafter(DrafterBase):
     def _find(self, shortest: int) -> bool:
         """Set the source to continue from: the sticky one, else the longest match in context or memory."""
         # A short match followed since the output left a long copy does not stop that copy resuming.
-        if self._src is not None and (self._lost is None or self._match >= MIN_RESUME_COPY):
-            return True
-        if self._lost is not None and self._resume():
+        if self._lost is not None and (self._src is None or self._match < MIN_RESUME_COPY) and self._resume():
             return True
         if self._src is not None:
             return True
