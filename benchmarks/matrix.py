@@ -109,10 +109,11 @@ def main() -> None:
                 for n in lengths:
                     peers = []
                     if args.peer_bin:
+                        from specdec_gguf.engines.llama_cpp.backends import extra_buffers_allowed
                         from specdec_gguf.peers import LlamaCppPeer
 
                         peers = [LlamaCppPeer(args.peer_bin, family.target, "draft-simple", draft=family.draft,
-                                              threads=t, draft_max=8)]
+                                              threads=t, draft_max=8, repack=extra_buffers_allowed())]
                     rows.append(run_case(name, family.target, family.draft, "draft-model", "default", n, t,
                                          args.repeats, peers))
                     rows.append(run_case(name, family.target, None, "prompt-lookup", "default", n, t,
@@ -123,9 +124,11 @@ def main() -> None:
                                       ("default", lengths[-1])]:
                     peers = []
                     if args.peer_bin and prompt_set != "short":
+                        from specdec_gguf.engines.llama_cpp.backends import extra_buffers_allowed
                         from specdec_gguf.peers import NGRAM_MODES, LlamaCppPeer
 
-                        peers = [LlamaCppPeer(args.peer_bin, args.gemma, mode, threads=t) for mode in NGRAM_MODES]
+                        peers = [LlamaCppPeer(args.peer_bin, args.gemma, mode, threads=t, repack=extra_buffers_allowed())
+                                 for mode in NGRAM_MODES]
                     rows.append(run_case("gemma", args.gemma, None, "prompt-lookup", prompt_set, n, t,
                                          args.repeats, peers))
     args.out.write_text(json.dumps(rows, indent=1))

@@ -54,6 +54,9 @@ class LlamaCppPeer:
     threads: int | None = None
     draft_max: int = 16
     n_ctx: int = 2048
+    # False: weights stay in llama.cpp's plain layout (``--no-repack``), as our engine keeps them
+    # where the build's AMX kernels may crash (engines/llama_cpp/backends.extra_buffers_allowed).
+    repack: bool = True
 
     @property
     def name(self) -> str:
@@ -64,6 +67,8 @@ class LlamaCppPeer:
                "--temp", "0", "--top-k", "1", "--spec-type", self.spec_type, "--ignore-eos"]
         if self.draft is not None:  # n-gram modes keep llama.cpp's own tuned sizes
             cmd += ["-md", str(self.draft), "--spec-draft-n-max", str(self.draft_max)]
+        if not self.repack:
+            cmd.append("--no-repack")
         if self.threads:
             cmd += ["-t", str(self.threads), "-tb", str(self.threads)]
             if self.draft is not None:

@@ -258,3 +258,32 @@ def test_generation_reaching_n_ctx_stops_cleanly(tiny_family, kind):
         assert len(prompt) + len(result.tokens) == target.n_ctx
         plain = SpeculativeDecoder(target).generate(prompt, 10_000, ignore_eog=True)
         assert plain.stop_reason == "context" and len(plain.tokens) == len(result.tokens)
+
+
+@pytest.mark.parametrize("amx, opt_in, allowed", [(False, None, True), (True, None, False), (True, "1", True),
+                                                  (True, "yes", False)])
+def test_extra_weight_buffers_stay_off_in_a_build_with_amx_kernels(monkeypatch, tiny_family, amx, opt_in, allowed):
+    """llama.cpp's AMX kernels crash on some machines that report AMX (Gemma and every quantized tiny model
+    crashed in their first batched pass on a 2-core Sapphire Rapids VM): the engine, the llama-cpp-python
+    peer and the llama.cpp peer keep weights in the plain layout there unless SPECDEC_LLAMA_AMX=1."""
+    import llama_cpp as lc
+
+    from specdec_gguf.engines.llama_cpp import backends
+    from specdec_gguf.peers import LlamaCppPeer
+
+    real = lc.llama_print_system_info().decode()
+    info = real.replace("AMX_INT8 = 1", "") + (" AMX_INT8 = 1 |" if amx else "")
+    monkeypatch.setattr(lc, "llama_print_system_info", lambda: info.encode())
+    if opt_in is None:
+        monkeypatch.delenv(backends.AMX_OPT_IN, raising=False)
+    else:
+        monkeypatch.setenv(backends.AMX_OPT_IN, opt_in)
+    assert backends.has_amx_kernels() is amx
+    assert backends.extra_buffers_allowed() is allowed
+    peer = LlamaCppPeer(tiny_family.target, tiny_family.target, "ngram-simple", repack=backends.extra_buffers_allowed())
+    assert ("--no-repack" in peer.command("x", 4)) is not allowed
+    # (An F32 model: AMX buffers never hold its weights, so loading it here is safe either way.)
+    with LlamaCppEngine(tiny_family.target, n_ctx=64) as engine:
+        assert engine.extra_buffers is allowed
+    with LlamaCppEngine(tiny_family.target, n_ctx=64, exact="warn") as engine:
+        assert engine.extra_buffers is False  # exact mode never repacks (bit-invariance)

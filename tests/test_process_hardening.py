@@ -92,7 +92,11 @@ print("children:" + open(f"/proc/{{pid}}/task/{{pid}}/children").read().strip(),
 def test_a_relative_interpreter_path_is_a_path_not_a_name(tiny_family, tmp_path):
     """`--target-python ./py` runs ./py. Fails while the option is a Path: Path('./py') prints as 'py', and
     'py' was looked up on PATH ("cannot start interpreter 'py'")."""
-    (tmp_path / "py").symlink_to(sys.executable)
+    # A wrapper, not a symlink: a symlink to a venv's python starts the base interpreter (no pyvenv.cfg
+    # beside it), which has no llama-cpp-python unless the machine happens to have it installed globally.
+    wrapper = tmp_path / "py"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
     env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-m", "specdec_cli.app", "run", "-m", str(tiny_family.target),
                            "--target-python", "./py", "-p", "the model", "-n", "4", "--no-live", "-c", "64"],

@@ -69,6 +69,23 @@ def build_id() -> str:
     return f"{lc.__version__} | {info} | {cpu} | {os.cpu_count()} cores"
 
 
+AMX_OPT_IN = "SPECDEC_LLAMA_AMX"  # set to 1 to let llama.cpp use its AMX kernels anyway
+
+
+def has_amx_kernels() -> bool:
+    """Whether this build compiled llama.cpp's AMX matrix kernels (Intel Sapphire Rapids and later)."""
+    return "AMX_INT8 = 1" in lc.llama_print_system_info().decode("utf-8", errors="replace")
+
+
+def extra_buffers_allowed() -> bool:
+    """Whether llama.cpp may keep weights in its extra buffer layouts (repacked for its CPU GEMM
+    kernels, or for AMX). Not in a build with AMX kernels: on some machines they crash in the
+    first batched pass (llama.cpp issue 20824; seen here on a 2-core Sapphire Rapids VM, Gemma
+    3 and every quantized tiny model), so they stay off unless ``SPECDEC_LLAMA_AMX=1``. Plain
+    and speculative decoding then use the same kernels; only speed can differ."""
+    return not has_amx_kernels() or os.environ.get(AMX_OPT_IN, "") == "1"
+
+
 def device_list(names: Sequence[str]) -> ctypes.Array:
     """A NULL-terminated array of ggml device handles for ``llama_model_params.devices``."""
     lib = _ggml_lib()

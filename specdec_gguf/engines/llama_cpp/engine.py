@@ -22,7 +22,7 @@ from ...errors import EngineError, RollbackUnsupportedError
 from ...exactness import Exactness, not_exact_error
 from ...modelfile import RECURRENT_ARCHES, validate_gguf
 from ...settings import EngineSettings
-from .backends import add_rpc_servers, build_id, device_list
+from .backends import add_rpc_servers, build_id, device_list, extra_buffers_allowed
 from .exactness import apply_environment, note_compute, self_test, tiled_invariant
 from .checkpoint import StateCheckpoint
 from .runtime import LogCapture, ensure_initialised
@@ -113,8 +113,10 @@ class LlamaCppEngine(EngineBase):
         mparams.split_mode = _SPLIT_MODES[s.split_mode]
         # 0.3.x replaced use_mmap with load_mode; a ctypes Structure silently accepts unknown attributes.
         mparams.load_mode = lc.LLAMA_LOAD_MODE_MMAP if s.use_mmap else lc.LLAMA_LOAD_MODE_NONE
+        # Repacked weights: GEMM for batches, GEMV for one token (not bit-invariant); AMX ones may crash.
+        self.extra_buffers = not s.exact and extra_buffers_allowed()
+        mparams.use_extra_bufts = self.extra_buffers
         if s.exact:
-            mparams.use_extra_bufts = False  # repacked weights: GEMM for batches, GEMV for one token
             apply_environment()
         log = self.log
 
@@ -340,7 +342,7 @@ class LlamaCppEngine(EngineBase):
         speed = {k: v for k, v in s.engine_kwargs().items() if k not in ("n_ctx", "rollback", "use_mmap")}
         return json.dumps({"file": [str(self.model_path.resolve()), stat.st_size, stat.st_mtime_ns],
                            "settings": speed, "threads": self._threads, "build": build_id(),
-                           "tiled_matmul": tiled_invariant()},  # exact mode sets it for the process
+                           "tiled_matmul": tiled_invariant(), "extra_buffers": self.extra_buffers},  # exact mode sets it for the process
                           sort_keys=True, default=str)
 
     def _open_vocab(self) -> LlamaVocab:

@@ -9,6 +9,7 @@ from typing import Sequence
 import llama_cpp as lc
 
 from ...modelfile import validate_gguf
+from .backends import extra_buffers_allowed
 
 
 class PeerPromptLookup:
@@ -23,10 +24,23 @@ class PeerPromptLookup:
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
         validate_gguf(model_path)
-        self._llm = lc.Llama(model_path=str(model_path), n_ctx=n_ctx, n_threads=n_threads,
-                             n_threads_batch=n_threads,
-                             draft_model=LlamaPromptLookupDecoding(num_pred_tokens=num_pred_tokens),
-                             verbose=False)
+        # ``Llama`` takes no extra-buffer setting: give its load the same model defaults as our engine's.
+        defaults = lc.llama_cpp.llama_model_default_params
+        allowed = extra_buffers_allowed()
+
+        def model_defaults() -> lc.llama_model_params:
+            params = defaults()
+            params.use_extra_bufts = allowed
+            return params
+
+        lc.llama_cpp.llama_model_default_params = model_defaults
+        try:
+            self._llm = lc.Llama(model_path=str(model_path), n_ctx=n_ctx, n_threads=n_threads,
+                                 n_threads_batch=n_threads,
+                                 draft_model=LlamaPromptLookupDecoding(num_pred_tokens=num_pred_tokens),
+                                 verbose=False)
+        finally:
+            lc.llama_cpp.llama_model_default_params = defaults
 
     def generate(self, prompt_tokens: Sequence[int], max_tokens: int) -> tuple[list[int], float]:
         """Greedy tokens and generation throughput (tok/s after the first token, prefill excluded)."""
