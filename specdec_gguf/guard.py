@@ -62,11 +62,14 @@ class GainGuard:
             if self._plain_new >= 8 or len(self._plain_times) < 8:
                 self._plain_round = None  # a median of 16 is 2-3 us: not every round of a tiny model
         asked, self._asked = self._asked, False
+        charge = verified == 0 and after_verify and bool(self._gains)
+        if not (asked or charge):
+            return  # a plain step between looks: nothing to score (the median waits until it is needed)
         if self._plain_round is None:
             if not self._plain_times:
                 return  # no plain step measured yet
             self._plain_round, self._plain_new = statistics.median(self._plain_times), 0
-        if verified == 0 and after_verify and self._gains:
+        if charge:
             # (At most one plain step: a descheduled thread is not the graph's fault.)
             self._gains[-1] -= min(max(verify_seconds / self._plain_round - 1.0, 0.0), 1.0)
         if not asked:

@@ -77,7 +77,7 @@ class ScheduleConstants:
     # (both must pass): estimates move slowly, and a rebuild with what depends on it (medians over
     # windows, the start decision) costs 20-60 us: 10% of a tiny model's round if done every 8.
     refresh_costs_every: int = 8
-    refresh_costs_seconds: float = 0.01
+    refresh_costs_seconds: float = 0.04
     # The realized-gain guard (guard.py): when the last ``guard_window`` rounds that consulted the
     # drafter (at least ``guard_min_rounds``) lost more than ``guard_tolerance`` of a plain step each,
     # drafting pauses for probe_interval rounds, doubling up to ``guard_max_pause``. The tolerance
@@ -228,6 +228,7 @@ class AdaptiveSchedule:
         self._rounds_since_draft = 0
         self._probe_interval = c.probe_interval
         self._probing = False  # this round drafts only to look (a costly drafter that doesn't pay)
+        self._unaffordable_until = 0.0  # rounds since the last draft before which no look is affordable
         self._look_again = False  # the last look's first token was right
         self.guard = GainGuard(window=c.guard_window, min_rounds=c.guard_min_rounds, tolerance=c.guard_tolerance,
                                slack=c.guard_slack, first_pause=c.probe_interval, max_pause=c.guard_max_pause)
@@ -255,6 +256,7 @@ class AdaptiveSchedule:
         if costs:
             self._plain_rate = 1.0 / costs[0]
             self._min_conf = self._start_value = self._potential_cache = None
+            self._unaffordable_until = 0.0
         return costs
 
     def switch_cost(self) -> float:
@@ -327,8 +329,15 @@ class AdaptiveSchedule:
     def _probe_affordable(self, plain_step: float) -> bool:
         """Whether a look now costs at most ``probe_share`` of the plain rounds since the last one."""
         since = self._rounds_since_draft
+        if since < self._unaffordable_until:
+            return False
         price = self.draft_price.catch_up(since)
-        return price is None or price <= self.c.probe_share * since * plain_step  # unknown: looking tells
+        if price is None or price <= self.c.probe_share * since * plain_step:
+            return True  # (unknown: looking tells)
+        # A look's price never falls as more rounds wait: none is affordable before this many (until
+        # the prices are refitted), so the rounds until then skip the price (a tiny model's round: ~1%).
+        self._unaffordable_until = price / (self.c.probe_share * plain_step)
+        return False
 
     def _potential_value(self) -> float:
         """``_potential()``, cached like the start value."""
@@ -473,6 +482,7 @@ class AdaptiveSchedule:
             return
         self._rounds_since_draft = 0
         self._start_value = self._potential_cache = None  # drafted: price and first tokens moved
+        self._unaffordable_until = 0.0
         if not self.free_drafter and draft_seconds > 0:
             self.draft_price.record(drafted, draft_seconds)
         buckets = proposal.buckets if proposal.buckets is not None and not self._slot_buckets[greedy] \
