@@ -93,15 +93,30 @@ def blend(old: Sequence[float] | None, new: Sequence[float]) -> Calibration | No
     return _valid([min(max(v, lo), hi) for v, (lo, hi) in zip(moved, _BOUNDS)])
 
 
+def worth_keeping(learned: Mapping[bool, tuple[Sequence[float], int]],
+                  kept: Mapping[bool, int] | None = None) -> dict[bool, tuple[Sequence[float], int]]:
+    """Per policy, the (calibration, outcomes) a schedule learned (``AdaptiveSchedule.learned``) that
+    rest on at least ``MIN_OBSERVATIONS`` outcomes beyond the ``kept`` ones (already passed on)."""
+    kept = kept or {}
+    return {greedy: (calibration, outcomes) for greedy, (calibration, outcomes) in learned.items()
+            if outcomes - kept.get(greedy, 0) >= MIN_OBSERVATIONS}
+
+
+def blended(stored: Mapping[bool, Calibration], learned: Mapping[bool, Sequence[float]]) -> dict[bool, Calibration]:
+    """``stored`` with each of ``learned`` blended in (see blend; a result that is no calibration is skipped)."""
+    out = dict(stored)
+    for greedy, cal in learned.items():
+        moved = blend(out.get(greedy), cal)
+        if moved is not None:
+            out[greedy] = moved
+    return out
+
+
 def remember(key: str | None, learned: Mapping[bool, Sequence[float]]) -> None:
     """Move the stored calibrations ``BLEND`` of the way to ``learned`` (stored as is when there is
     none yet) and write them (profile.write_cache_file)."""
     if key is None or not learned:
         return
-    stored = recall(key)
-    for greedy, cal in learned.items():
-        blended = blend(stored.get(greedy), cal)
-        if blended is not None:
-            stored[greedy] = blended
+    stored = blended(recall(key), learned)
     write_cache_file(_path_for(key), {"format": FORMAT, "key": key, **{
         name: list(stored[greedy]) for greedy, name in ((True, "greedy"), (False, "sampled")) if greedy in stored}})

@@ -226,12 +226,10 @@ class SpeculativeDecoder:
         """Pass what the schedule's calibration learned since the last time on to the next runs."""
         if not isinstance(self.schedule, AdaptiveSchedule):
             return  # (a key is set only with the adaptive schedule this decoder built)
-        learned = {}
-        for greedy, (calibration, outcomes) in self.schedule.learned().items():
-            if outcomes - self._remembered[greedy] >= _calibrations.MIN_OBSERVATIONS:
-                learned[greedy] = calibration
-                self._remembered[greedy] = outcomes
-        _calibrations.remember(self._calibration_key, learned)
+        keep = _calibrations.worth_keeping(self.schedule.learned(), self._remembered)
+        for greedy, (_, outcomes) in keep.items():
+            self._remembered[greedy] = outcomes
+        _calibrations.remember(self._calibration_key, {greedy: cal for greedy, (cal, _) in keep.items()})
 
     def _prefill(self, prefix: list[int]) -> None:
         """Fill the target's cache with ``prefix``, reusing whatever leading part it already holds."""

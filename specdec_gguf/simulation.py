@@ -12,7 +12,7 @@ from typing import Literal, Mapping, Sequence
 
 import numpy as np
 
-from .calibrations import MIN_OBSERVATIONS, Calibration, blend
+from .calibrations import Calibration, blended, worth_keeping
 from .decoder import SpeculativeDecoder
 from .drafters import AutoregressiveDrafter, PromptLookupDrafter
 from .engines.simulated import SimulatedDraftEngine, TraceEngine, VirtualClock
@@ -191,10 +191,6 @@ def remembered(runs: Sequence[SimulatedRun]) -> dict[bool, Calibration]:
     at least ``MIN_OBSERVATIONS`` outcomes moves them half way (calibrations.blend), as a decoder's
     remember step does."""
     stored: dict[bool, Calibration] = {}
-    for run in runs:
-        for greedy, (calibration, outcomes) in run.learned.items():
-            if outcomes >= MIN_OBSERVATIONS:
-                moved = blend(stored.get(greedy), calibration)
-                if moved is not None:
-                    stored[greedy] = moved
+    for run in runs:  # (the same rules as SpeculativeDecoder._remember and calibrations.remember)
+        stored = blended(stored, {greedy: cal for greedy, (cal, _) in worth_keeping(run.learned).items()})
     return stored

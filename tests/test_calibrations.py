@@ -125,3 +125,20 @@ def test_remember_false_keeps_the_profiles_but_not_the_calibration(tiny_engines)
     fresh.generate(_repetitive_prompt(target), N, ignore_eog=True)
     assert calibrations.recall(key) == {True: (1.5, 1.0, 0.0, 0.0)}  # nothing written either
     assert SpeculativeDecoder(target, PromptLookupDrafter()).schedule.models[True].centre == (1.5, 1.0, 0.0, 0.0)
+
+
+def test_only_what_rests_on_enough_new_outcomes_is_kept():
+    """One rule for the decoder and the simulation: a calibration is passed on only when at least
+    MIN_OBSERVATIONS outcomes came since the last one passed on (fails if `kept` is ignored)."""
+    from specdec_gguf.calibrations import MIN_OBSERVATIONS, blended, worth_keeping
+
+    cal = (0.5, 1.2, 0.1, 0.2)
+    learned = {True: (cal, MIN_OBSERVATIONS + 10), False: (cal, MIN_OBSERVATIONS - 1)}
+    assert set(worth_keeping(learned)) == {True}
+    assert worth_keeping(learned, {True: 11}) == {}  # only 31 new outcomes since the last pass-on
+    assert worth_keeping(learned, {True: 10}) == {True: (cal, MIN_OBSERVATIONS + 10)}
+    stored = blended({}, {True: cal})
+    assert stored == {True: cal}
+    moved = blended(stored, {True: (1.5, 1.2, 0.1, 0.2)})
+    assert moved[True][0] == 1.0 and stored[True][0] == 0.5  # half way, and the input is left as it was
+    assert blended(stored, {True: (float("nan"), 1.0, 0.0, 0.0)}) == stored  # no calibration: skipped
