@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 import sys
@@ -57,6 +58,7 @@ def backend_report() -> dict[str, Any]:
     }
 
 
+@functools.cache  # (reads /proc/cpuinfo: once per process, not once per cache key)
 def build_id() -> str:
     """This build and machine, for cache keys: llama-cpp-python's version, ggml's CPU features, the CPU."""
     cpu = platform.processor() or platform.machine()
