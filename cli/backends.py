@@ -93,6 +93,11 @@ def backends(
         table.add_row("GPU offload", "yes" if r["gpu_offload"] else "no")
         table.add_row("RPC backend", "yes" if r["rpc"] else "no (build with -DGGML_RPC=on)")
         table.add_row("CPU features", r["system_info"])
+        if "extra_buffers" in r:  # (an interpreter with an older specdec-gguf doesn't say)
+            table.add_row("weight layout", "repacked where llama.cpp can" if r["extra_buffers"] else
+                          "plain: this build has AMX kernels, which crash on some machines "
+                          "(SPECDEC_LLAMA_AMX=1 to use them; docs/troubleshooting.md)"
+                          if r.get("amx_kernels") else "plain")
         for d in r["devices"]:
             mem = f", {d['memory_total'] / 2**30:.1f} GiB ({d['memory_free'] / 2**30:.1f} free)" if d["memory_total"] else ""
             table.add_row(f"device {d['name']}", f"{d['description']}{mem}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -256,6 +257,10 @@ def test_backends_reports_this_and_other_interpreters(tmp_path):
     assert len(reports) == 2
     assert reports[0]["llama_cpp_python"] == reports[1]["llama_cpp_python"]
     assert any(d["name"] == "CPU" for d in reports[0]["devices"])
+    # The weight layout follows the AMX rule (backends.extra_buffers_allowed), in both interpreters.
+    for report in reports:
+        assert report["amx_kernels"] is ("AMX_INT8 = 1" in report["system_info"])
+        assert report["extra_buffers"] is (not report["amx_kernels"] or os.environ.get("SPECDEC_LLAMA_AMX") == "1")
     missing = invoke("backends", "--python", tmp_path / "no-python")
     assert missing.exit_code == 1
     assert "cannot run interpreter" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1

@@ -54,6 +54,8 @@ def backend_report() -> dict[str, Any]:
         "gpu_offload": bool(lc.llama_supports_gpu_offload()),
         "rpc": bool(lc.llama_supports_rpc()),
         "mmap": bool(lc.llama_supports_mmap()),
+        "extra_buffers": extra_buffers_allowed(),
+        "amx_kernels": has_amx_kernels(),
         "devices": devices,
     }
 
