@@ -18,7 +18,7 @@ import pytest
 from specdec_gguf import ConfigError, DraftProposal
 from specdec_gguf.proposal import NO_PROPOSAL
 from specdec_gguf.confidence import AcceptanceModel
-from specdec_gguf.profile import CostProfile, load_cached, measure, profile_for, save
+from specdec_gguf.profile import CALIBRATION_SIZES, CostProfile, load_cached, measure, profile_for, save
 from specdec_gguf.schedule import AdaptiveSchedule, DraftSchedule, FixedSchedule, ScheduleConstants
 from specdec_gguf.simulation import CURVES, Trace, curve_profile, remembered, simulate, simulate_run, synthetic_traces
 
@@ -516,6 +516,24 @@ def test_measuring_takes_more_rounds_while_the_curve_is_implausible(target, monk
     monkeypatch.setattr(type(target), "forward_argmax", timed)
     profile = measure(target)
     assert profile.plausible and profile.seconds[1] < 0.01
+
+
+@pytest.mark.parametrize("pass_seconds, rounds", [(0.001, 2), (0.02, 1)])
+def test_a_repeat_round_that_would_pass_the_calibration_budget_is_skipped(target, monkeypatch, pass_seconds, rounds):
+    """Two rounds where they fit in 0.5 s; one where a round alone takes 0.38 s (a slow machine: Gemma at
+    one thread took 0.78 s for two). Fails without the budget (two rounds either way)."""
+    calls = {"n": 0}
+    forward = type(target).forward_argmax
+
+    def timed(self, tokens):
+        calls["n"] += 1
+        time.sleep(pass_seconds * len(tokens))
+        return forward(self, tokens)
+
+    monkeypatch.setattr(type(target), "forward_argmax", timed)
+    profile = measure(target)
+    assert calls["n"] == rounds * (len(CALIBRATION_SIZES) + 1)  # each round: every size, then a second one-token pass
+    assert profile.plausible
 
 
 def test_in_memory_engines_have_no_profile(target):
