@@ -23,7 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec_gguf.benchmark import Strategy, geomean, run_peer_trials, run_trials, summarize  # noqa: E402
+from specdec_gguf.engines.llama_cpp.backends import extra_buffers_allowed  # noqa: E402
 from specdec_gguf.errors import EngineError  # noqa: E402
+from specdec_gguf.peers import NGRAM_MODES, LlamaCppPeer  # noqa: E402
 from specdec_gguf.factory import open_engine  # noqa: E402
 from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
 from specdec_gguf.settings import DrafterSettings, EngineSettings  # noqa: E402
@@ -95,6 +97,7 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated case names")
     parser.add_argument("--out", type=Path, default=Path("matrix.json"))
     args = parser.parse_args()
+    repack = extra_buffers_allowed()  # llama.cpp's peers get the weight layout our engines get
     threads = [int(t) for t in args.threads.split(",")]
     lengths = [int(x) for x in args.n.split(",")]
     only = set(args.only.split(",")) if args.only else None
@@ -109,11 +112,8 @@ def main() -> None:
                 for n in lengths:
                     peers = []
                     if args.peer_bin:
-                        from specdec_gguf.engines.llama_cpp.backends import extra_buffers_allowed
-                        from specdec_gguf.peers import LlamaCppPeer
-
                         peers = [LlamaCppPeer(args.peer_bin, family.target, "draft-simple", draft=family.draft,
-                                              threads=t, draft_max=8, repack=extra_buffers_allowed())]
+                                              threads=t, draft_max=8, repack=repack)]
                     rows.append(run_case(name, family.target, family.draft, "draft-model", "default", n, t,
                                          args.repeats, peers))
                     rows.append(run_case(name, family.target, None, "prompt-lookup", "default", n, t,
@@ -124,10 +124,7 @@ def main() -> None:
                                       ("default", lengths[-1])]:
                     peers = []
                     if args.peer_bin and prompt_set != "short":
-                        from specdec_gguf.engines.llama_cpp.backends import extra_buffers_allowed
-                        from specdec_gguf.peers import NGRAM_MODES, LlamaCppPeer
-
-                        peers = [LlamaCppPeer(args.peer_bin, args.gemma, mode, threads=t, repack=extra_buffers_allowed())
+                        peers = [LlamaCppPeer(args.peer_bin, args.gemma, mode, threads=t, repack=repack)
                                  for mode in NGRAM_MODES]
                     rows.append(run_case("gemma", args.gemma, None, "prompt-lookup", prompt_set, n, t,
                                          args.repeats, peers))

@@ -66,6 +66,16 @@ def exactness_cell(verdict: dict) -> str:
     return f"no: {measured}{where}"
 
 
+def _weight_layout(report: dict) -> str:
+    """Whether llama.cpp may repack weights in this build, and why not (backends.extra_buffers_allowed)."""
+    if report["extra_buffers"]:
+        return "repacked where llama.cpp can"
+    if report.get("amx_kernels"):
+        return ("plain: this build has AMX kernels, which crash on some machines "
+                "(SPECDEC_LLAMA_AMX=1 to use them; docs/troubleshooting.md)")
+    return "plain"
+
+
 @handle_errors
 def backends(
     python: Annotated[Optional[list[str]], typer.Option("--python", help="Also report this interpreter (repeatable).")] = None,
@@ -94,10 +104,7 @@ def backends(
         table.add_row("RPC backend", "yes" if r["rpc"] else "no (build with -DGGML_RPC=on)")
         table.add_row("CPU features", r["system_info"])
         if "extra_buffers" in r:  # (an interpreter with an older specdec-gguf doesn't say)
-            table.add_row("weight layout", "repacked where llama.cpp can" if r["extra_buffers"] else
-                          "plain: this build has AMX kernels, which crash on some machines "
-                          "(SPECDEC_LLAMA_AMX=1 to use them; docs/troubleshooting.md)"
-                          if r.get("amx_kernels") else "plain")
+            table.add_row("weight layout", _weight_layout(r))
         for d in r["devices"]:
             mem = f", {d['memory_total'] / 2**30:.1f} GiB ({d['memory_free'] / 2**30:.1f} free)" if d["memory_total"] else ""
             table.add_row(f"device {d['name']}", f"{d['description']}{mem}")
