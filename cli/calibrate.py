@@ -61,6 +61,15 @@ def calibrate(
     console.print(table)
     console.print(f"a one-token pass after a pass of another size (the plain step after a verify pass) costs "
                   f"{profile.switch_seconds * 1e3:.2f} ms more: llama.cpp rebuilds its graph when the size changes")
+    if profile.long_seconds:
+        long = profile.long_seconds
+        largest = max(long)
+        console.print(f"after {profile.long_context} tokens of context: n=1 {long[1] * 1e3:.2f} ms, n={largest} "
+                      f"{long[largest] * 1e3:.2f} ms ({long[largest] / long[1]:.2f}x): runs price passes at their "
+                      f"prompt's length")
+    else:
+        console.print("the long-context passes were not timed (they would not fit in the calibration budget): "
+                      "costs are taken as the same at any context")
     note = ""
     if saved:
         note = "; saved, so runs with these settings start knowing the curve"

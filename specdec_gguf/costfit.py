@@ -30,6 +30,7 @@ class VerifyCosts:
                  refresh_seconds: float) -> None:
         self.profile = profile
         self.refresh_every, self.refresh_seconds = refresh_every, refresh_seconds
+        self._sizes = sizes
         # The profile's T(n), or n itself without one (then the fit makes it linear in T(1)).
         self._shape = [profile.cost(n) if profile is not None else float(n) for n in range(1, sizes + 1)]
         self._switch_shape = profile.switch_seconds if profile is not None else 0.0
@@ -51,6 +52,14 @@ class VerifyCosts:
     def after_verify(self) -> bool:
         """Whether the latest pass was a verify pass (the next plain step pays the switch)."""
         return self._last_pass > 1
+
+    def at_context(self, tokens: int) -> None:
+        """Passes now follow ``tokens`` tokens of context (a generation starts): the profile's curve there
+        is the shape from now on (``CostProfile.at_context``)."""
+        if self.profile is not None:
+            curve = self.profile.at_context(tokens)
+            self._shape = [curve.cost(n) for n in range(1, self._sizes + 1)]
+            self.stale = True
 
     def record(self, size: int, seconds: float, round_seconds: float) -> None:
         """A target pass over ``size`` tokens took ``seconds`` (its round ``round_seconds``)."""

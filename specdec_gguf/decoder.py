@@ -152,7 +152,7 @@ class SpeculativeDecoder:
             if drafter is not None:
                 drafter.start(prompt)
             stats.prefill_seconds = clock() - t0
-            schedule.start()
+            schedule.start(len(prompt))
             while True:
                 t_round = clock()
                 room = min(target.n_ctx - len(context), max_new_tokens - (len(context) - len(prompt))) - 1
@@ -193,9 +193,7 @@ class SpeculativeDecoder:
                     drafter.accept(n_acc, new)
                 t_end = clock()
                 stats.record_round(len(proposal.tokens), n_acc, len(new))
-                stats.draft_seconds += t_verify - t_round
                 stats.verify_seconds += t_end - t_verify
-                stats.generation_seconds += t_end - t_round
                 # A declined greedy proposal still shows whether its first token was right: the plain
                 # step just produced the target's own token there.
                 first_matched = drafted.tokens[0] == token if greedy and drafted.tokens and not proposal.tokens \
@@ -209,6 +207,11 @@ class SpeculativeDecoder:
                         stop_reason = "context"
                 if stop_reason is not None and self._calibration_key is not None:
                     self._remember()
+                # The schedule learning from the round (and the last round's remembering) is drafting's
+                # overhead too: a user waits for it.
+                t_done = clock()
+                stats.draft_seconds += (t_verify - t_round) + (t_done - t_end)
+                stats.generation_seconds += t_done - t_round
                 yield RoundEvent(tuple(new), tuple(origins), stats, stop_reason)
                 if stop_reason is not None:
                     return

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from itertools import islice
 
 
 class GainGuard:
@@ -21,13 +22,15 @@ class GainGuard:
     ``tolerance`` of a plain step each on average, beyond ``slack`` tokens in all, and with
     evidence (``min_rounds`` verified rounds among them, or proposals costly by
     themselves), drafting pauses for ``first_pause`` rounds, doubling up to ``max_pause``.
-    A full window of rounds that verified nothing pauses as soon as it lost more than
-    ``tolerance`` each: what it lost is measured drafting time, with no bet's noise in it.
+    The last ``quiet_rounds`` rounds (at most ``window``) verifying nothing pause as soon as they
+    lost more than ``tolerance`` each: what they lost is measured drafting time, with no bet's
+    noise in it.
     """
 
     def __init__(self, *, window: int, min_rounds: int, tolerance: float, slack: float, first_pause: int,
-                 max_pause: int) -> None:
+                 max_pause: int, quiet_rounds: int | None = None) -> None:
         self.min_rounds, self.tolerance, self.slack = min_rounds, tolerance, slack
+        self.quiet_rounds = window if quiet_rounds is None else min(quiet_rounds, window)
         self.first_pause, self.max_pause = first_pause, max_pause
         self._plain_times: deque[float] = deque(maxlen=16)  # seconds of recent rounds that verified nothing
         self._plain_round: float | None = None  # their median, recomputed after every 8 new ones
@@ -37,6 +40,7 @@ class GainGuard:
         self._pause = 0  # rounds left without consulting the drafter
         self._interval = first_pause
         self._asked = False  # whether this round consulted the drafter
+        self._quiet = 0  # scored rounds in a row that verified nothing
 
     def paused(self) -> bool:
         """Whether this round must be a plain step (counts the pause down)."""
@@ -82,15 +86,18 @@ class GainGuard:
             score = generated - min((draft_seconds + verify_seconds) / self._plain_round, 2.0 * (verified + 1))
         self._gains.append(score)
         self._verified.append(verified > 0)
+        self._quiet = 0 if verified else self._quiet + 1
         if len(self._gains) < self.min_rounds:
             return
         # A verdict needs evidence: several verified rounds, or proposals that cost a lot by themselves,
-        # or a full window that verified nothing: its loss is the drafter's measured time, not a bet's
+        # or the last rounds verifying nothing: their loss is the drafter's measured time, not a bet's
         # noisy outcome, so no slack (a lookup's search on a tiny model: 4-8% of each round).
         loss = -sum(self._gains) - self.tolerance * len(self._gains)
         if (loss > self.slack and (sum(self._verified) >= self.min_rounds or loss > self.slack * len(self._gains) / 8)) \
-                or (loss > 0 and len(self._gains) == self._gains.maxlen and not any(self._verified)):
+                or (self._quiet >= self.quiet_rounds
+                    and -sum(islice(reversed(self._gains), self.quiet_rounds)) > self.tolerance * self.quiet_rounds):
             self._pause = self._interval
             self._interval = min(2 * self._interval, self.max_pause)
-        else:
-            self._interval = self.first_pause
+            self._quiet = 0  # the next pause on quiet rounds needs new ones: a copy that began meanwhile shows
+        elif loss <= 0:
+            self._interval = self.first_pause  # drafting pays again: the next pause starts short

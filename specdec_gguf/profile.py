@@ -25,7 +25,11 @@ from .errors import ConfigError
 # are extrapolated, then measured online when the schedule uses them.
 CALIBRATION_SIZES = (1, 2, 3, 5, 9)
 CONTEXT_TOKENS = 16  # passes are timed after a short context, like an early round
-FORMAT = 2  # bump when the file layout changes (2: the one-token cost reuses llama.cpp's graph; switch_seconds)
+# ... and, where it fits the budget, again after a long one: on small models attention over the
+# context is a large share of a pass, and it grows with the pass size (a tiny F32 model: a 9-token
+# pass costs 3.3 one-token passes after 16 tokens, 4.6 after 128), so a first bet priced at 16 loses.
+LONG_CONTEXT_TOKENS = 128
+FORMAT = 3  # bump when the file layout changes (2: the one-token cost reuses llama.cpp's graph; 3: long_seconds)
 CALIBRATION_BUDGET = 0.5  # seconds: a repeat round is skipped if it would end past this (slow machines)
 _NOISE = 100e-6  # seconds: how far apart two timings of the same tiny pass can be on a quiet machine
 
@@ -41,10 +45,18 @@ class CostProfile:
     step in a run of plain steps), larger sizes are passes after a different size (a verify
     pass between plain steps), and ``switch_seconds`` is what a one-token pass pays after a
     pass of another size (the plain step after a verify pass).
+
+    ``long_seconds``: the one-token pass and the largest size timed again after ``long_context``
+    tokens of context (empty: not measured, the costs don't depend on the context).
+    ``at_context(tokens)`` gives the curve after that many tokens: each pass size costs more by a
+    slope per context token, measured for these sizes and linear in n between them (attention
+    cost grows with both).
     """
 
     seconds: dict[int, float]
     switch_seconds: float = 0.0
+    long_context: int = 0
+    long_seconds: dict[int, float] = field(default_factory=dict)
     key: str = ""
     measured_at: float = field(default_factory=time.time)
     calibration_seconds: float = 0.0  # how long measuring took (0 when read from the cache)
@@ -57,6 +69,11 @@ class CostProfile:
             raise ConfigError(f"cost profile entries must be n >= 1 -> seconds > 0; got {self.seconds}")
         if not self.switch_seconds >= 0:
             raise ConfigError(f"switch_seconds={self.switch_seconds!r} must be >= 0")
+        if self.long_seconds and not (set(self.long_seconds) <= set(self.seconds) and 1 in self.long_seconds
+                                      and len(self.long_seconds) >= 2 and self.long_context > CONTEXT_TOKENS
+                                      and all(s > 0 for s in self.long_seconds.values())):
+            raise ConfigError(f"long_seconds={self.long_seconds} must time n = 1 and a larger measured size, > 0 s, "
+                              f"after long_context={self.long_context} > {CONTEXT_TOKENS} tokens")
         self._sizes = sorted(self.seconds)
 
     def cost(self, n: int) -> float:
@@ -83,9 +100,34 @@ class CostProfile:
         less (within 10% + 100 µs: timer noise) and at most 1.5x more per token than a smaller one.
         A profile measured while something else ran (a compile, a test suite) is not, and
         caching it would mislead every later run with these settings."""
-        sizes = self._sizes
+        sizes, long = self._sizes, self.long_seconds
         return all(0.9 * self.seconds[lo] - _NOISE <= self.seconds[hi] <= 1.5 * self.seconds[lo] * hi / lo + _NOISE
-                   for lo, hi in zip(sizes, sizes[1:]))
+                   for lo, hi in zip(sizes, sizes[1:])) and \
+            all(0.9 * self.seconds[n] - _NOISE <= long[n] for n in long)  # more context never costs less
+
+    def context_slope(self, n: int) -> float:
+        """Seconds a pass over ``n`` tokens costs more per token of context past ``CONTEXT_TOKENS``
+        (0 where the long context wasn't measured; never negative: more context never costs less)."""
+        if not self.long_seconds:
+            return 0.0
+        span = self.long_context - CONTEXT_TOKENS
+        sizes = sorted(self.long_seconds)
+        lo, hi = sizes[0], sizes[-1]
+        g_lo = max(self.long_seconds[lo] - self.seconds[lo], 0.0) / span
+        g_hi = max(self.long_seconds[hi] - self.seconds[hi], 0.0) / span
+        return max(g_lo + (g_hi - g_lo) * (n - lo) / (hi - lo), 0.0)
+
+    def at_context(self, tokens: int) -> CostProfile:
+        """The curve for passes after ``tokens`` tokens of context (itself where nothing depends on it).
+
+        Linear in the context past ``CONTEXT_TOKENS``, also past ``long_context``: on a tiny model
+        that overestimates a 9-token pass after 512 tokens by ~25%, the safe side, and the online
+        fit corrects it within a few rounds."""
+        extra = tokens - CONTEXT_TOKENS
+        if not self.long_seconds or extra <= 0:
+            return self
+        return CostProfile({n: s + self.context_slope(n) * extra for n, s in self.seconds.items()},
+                           switch_seconds=self.switch_seconds, key=self.key, measured_at=self.measured_at)
 
     def ratios(self) -> dict[int, float]:
         """cost(n) / cost(1) for the measured sizes."""
@@ -94,12 +136,16 @@ class CostProfile:
     def as_dict(self) -> dict:
         return {"format": FORMAT, "key": self.key, "measured_at": self.measured_at,
                 "calibration_seconds": self.calibration_seconds, "switch_seconds": self.switch_seconds,
-                "seconds": {str(n): s for n, s in sorted(self.seconds.items())}}
+                "seconds": {str(n): s for n, s in sorted(self.seconds.items())},
+                "long_context": self.long_context,
+                "long_seconds": {str(n): s for n, s in sorted(self.long_seconds.items())}}
 
     @classmethod
     def from_dict(cls, data: dict) -> CostProfile:
         return cls(seconds={int(n): float(s) for n, s in data["seconds"].items()},
                    switch_seconds=float(data["switch_seconds"]), key=str(data.get("key", "")),
+                   long_context=int(data.get("long_context", 0)),
+                   long_seconds={int(n): float(s) for n, s in data.get("long_seconds", {}).items()},
                    measured_at=float(data.get("measured_at", 0.0)), from_cache=True)
 
 
@@ -150,18 +196,48 @@ def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES,
             now = time.perf_counter()
             if rounds >= max(repeats, 1) or now - start + (now - began) > budget:
                 break
+        profile = _profile(best)
+        long = _long_context(engine, profile, sizes[-1], repeats, token, budget - (time.perf_counter() - start))
+        if long:
+            with_long = _profile(best, long)
+            profile = with_long if with_long.plausible else profile  # (a busy moment: the short curve serves)
     finally:
         engine.reset(0)
-    profile = _profile(best)
     profile.calibration_seconds = time.perf_counter() - start
     return profile
 
 
-def _profile(best: dict[int, float]) -> CostProfile:
-    """A profile from ``measure``'s timings (key 0: the one-token pass after a one-token pass)."""
+def _long_context(engine: SpeculativeEngine, short: CostProfile, largest: int, repeats: int, token: int,
+                  budget: float) -> dict[int, float]:
+    """The one-token pass (after another) and the ``largest`` pass timed after ``LONG_CONTEXT_TOKENS``
+    tokens, the fastest of ``repeats`` rounds; empty when that would not fit in ``budget`` seconds (a
+    model whose passes are slow: its weights, not attention, decide its costs) or in the context."""
+    base = LONG_CONTEXT_TOKENS
+    if base + largest > engine.n_ctx or largest < 2:
+        return {}
+    # Taking in the context is one pass over it; the passes after it cost at most twice the short ones.
+    estimate = short.cost(base) + repeats * 2 * (short.cost(largest) + 2 * short.cost(1))
+    if estimate > budget:
+        return {}
+    engine.reset(0)
+    engine.advance([token] * base)
+    best = {n: float("inf") for n in (largest, 1, 0)}
+    for _ in range(max(repeats, 1)):
+        for n in best:  # the largest, then a one-token pass after it, then one after that (reusing the graph)
+            t0 = time.perf_counter()
+            engine.forward_argmax([token] * (n or 1))
+            best[n] = min(best[n], time.perf_counter() - t0)
+            engine.reset(base)
+    return {largest: best[largest], 1: min(best[0], best[1])}
+
+
+def _profile(best: dict[int, float], long: dict[int, float] | None = None) -> CostProfile:
+    """A profile from ``measure``'s timings (key 0: the one-token pass after a one-token pass) and
+    ``_long_context``'s."""
     reused = min(best[0], best[1])  # a reused graph is never dearer: a larger timing is noise
     return CostProfile(seconds={**{n: s for n, s in best.items() if n > 1}, 1: reused},
-                       switch_seconds=best[1] - reused)
+                       switch_seconds=best[1] - reused, long_context=LONG_CONTEXT_TOKENS if long else 0,
+                       long_seconds=dict(long or {}))
 
 
 def cache_dir() -> Path:

@@ -87,6 +87,11 @@ class ScheduleConstants:
     guard_tolerance: float = 0.02
     guard_slack: float = 2.0  # tokens: one long wrong pass is part of drafting, not a verdict
     guard_max_pause: int = 64
+    # Rounds in a row verifying nothing after which a free drafter (prompt lookup) whose searches cost
+    # more than the tolerance pauses: nothing else limits its searches (a tiny model: 24 rounds of 4-8%
+    # before, as a full window), and a copy that starts meanwhile is found a pause late. A costly
+    # drafter's looks are limited by probe_share and teach its calibration: a full window for them.
+    guard_quiet_rounds: int = 8
     # Declined prompt-lookup proposals teach the calibration only when their first token's bucket is
     # within this of what may be verified (see observe).
     unverified_band: float = 0.1
@@ -96,8 +101,8 @@ class ScheduleConstants:
 class DraftSchedule(Protocol):
     """Chooses how much to draft and verify each round, and learns from what the round cost and kept."""
 
-    def start(self) -> None:
-        """A new generation begins."""
+    def start(self, context: int) -> None:
+        """A new generation begins after a prompt of ``context`` tokens."""
         ...
 
     def next_k(self, room: int) -> int:
@@ -154,7 +159,7 @@ class FixedSchedule:
             raise ConfigError(f"num_draft_tokens={k!r} must be an integer >= 1")
         self.k = k
 
-    def start(self) -> None:
+    def start(self, context: int) -> None:
         return None
 
     def next_k(self, room: int) -> int:
@@ -231,12 +236,15 @@ class AdaptiveSchedule:
         self._unaffordable_until = 0.0  # rounds since the last draft before which no look is affordable
         self._look_again = False  # the last look's first token was right
         self.guard = GainGuard(window=c.guard_window, min_rounds=c.guard_min_rounds, tolerance=c.guard_tolerance,
-                               slack=c.guard_slack, first_pause=c.probe_interval, max_pause=c.guard_max_pause)
+                               slack=c.guard_slack, first_pause=c.probe_interval, max_pause=c.guard_max_pause,
+                               quiet_rounds=c.guard_quiet_rounds if free_drafter else c.guard_window)
         self._greedy = True  # the policy of the latest round (what next_k plans for)
         self._budgets = {g: None if self._slot_buckets[g] else DraftBudget(self, self.models[g]) for g in (True, False)}
 
-    def start(self) -> None:
-        return None  # what was learned carries over to the next generation
+    def start(self, context: int) -> None:
+        # What was learned carries over to the next generation; the cost curve is the profile's at
+        # this context (a long prompt makes long passes dearer per token on small models).
+        self._verify.at_context(context)
 
     # -- costs ------------------------------------------------------------------------------
     def verify_cost(self, n: int) -> float | None:

@@ -349,6 +349,8 @@ def test_calibrate_prints_and_caches_the_cost_curve(tiny_family, tmp_path, monke
     assert cached is not None and cached.seconds == {int(n): s for n, s in out["seconds"].items()}
     again = invoke("calibrate", tiny_family.target, "-c", "512", "--sizes", "1,4", "--no-save")
     assert again.exit_code == 0 and "│ 4 │" in again.stdout and "│ 9 │" not in again.stdout
+    assert out["long_context"] == 128 and set(out["long_seconds"]) == {"1", "9"}  # a tiny model: it fits
+    assert "after 128 tokens of context: n=1" in again.stdout and "n=4" in again.stdout
     bad = invoke("calibrate", tiny_family.target, "--sizes", "0,x")
     assert bad.exit_code == 1 and "--sizes" in bad.stderr
 

@@ -329,6 +329,27 @@ def test_the_decoder_reports_whether_a_declined_proposals_first_token_was_right(
     assert matches == {True, False}  # both outcomes occurred on this trace
 
 
+def test_the_schedule_learning_from_a_round_counts_in_its_time():
+    """What the schedule does after the target's pass (observe) is time a user waits for: it counts in
+    draft_seconds and generation_seconds. Fails if a round's time ended at the pass (the bookkeeping of
+    adaptive drafting, 5-10 us a round, is 3-5% of a tiny model's round and was left out)."""
+    from specdec_gguf.decoder import SpeculativeDecoder
+    from specdec_gguf.drafters import PromptLookupDrafter
+    from specdec_gguf.engines.simulated import TraceEngine, VirtualClock
+
+    trace, clock = TRACES[0], VirtualClock()
+
+    class SlowLearner(FixedSchedule):
+        def observe(self, *args, **kwargs):
+            clock.advance(1e-3)  # every round's learning takes 1 ms of the (virtual) clock
+
+    target = TraceEngine(trace.prompt + trace.output, trace.n_vocab, curve_profile("linear"), clock)
+    stats = SpeculativeDecoder(target, PromptLookupDrafter(), schedule=SlowLearner(4), clock=clock).generate(
+        trace.prompt, 40, ignore_eog=True).stats
+    assert stats.draft_seconds == pytest.approx(1e-3 * stats.target_passes)  # (drafting itself: no virtual time)
+    assert stats.generation_seconds == pytest.approx(stats.draft_seconds + stats.verify_seconds)
+
+
 @pytest.mark.parametrize("n", [64, 256])
 @pytest.mark.parametrize("curve", sorted(CURVES))
 def test_prompt_lookup_never_loses_to_plain_decoding(curve, n):
@@ -454,13 +475,59 @@ def test_cost_profile_interpolates_and_extrapolates():
         CostProfile({2: 1.0})  # no one-token cost
 
 
+# A tiny F32 model measured on a 2-core Xeon: T(9) = 3.3 one-token passes after 16 tokens, 4.6 after 128.
+TINY_AT_16 = {1: 0.100e-3, 2: 0.18e-3, 3: 0.20e-3, 5: 0.24e-3, 9: 0.331e-3}
+TINY_AT_128 = {1: 0.131e-3, 9: 0.607e-3}
+
+
+def test_a_profile_with_a_long_context_prices_passes_after_the_prompt():
+    """Each size costs more per context token by a slope measured for n = 1 and the largest, linear in
+    n between them. Fails if the context were ignored (the first bet after a 130-token prompt priced at
+    3.3 one-token passes, where it cost 4.6) or scaled every size alike."""
+    profile = CostProfile(TINY_AT_16, long_context=128, long_seconds=TINY_AT_128)
+    at_128 = profile.at_context(128)
+    assert at_128.cost(1) == pytest.approx(TINY_AT_128[1]) and at_128.cost(9) == pytest.approx(TINY_AT_128[9])
+    assert at_128.cost(5) == pytest.approx(TINY_AT_16[5] + (0.031e-3 + 0.276e-3) / 2, rel=1e-3)  # the mean slope
+    ratios = [profile.at_context(c).cost(9) / profile.at_context(c).cost(1) for c in (16, 64, 128, 400)]
+    assert ratios == sorted(ratios) and ratios[0] == pytest.approx(3.31) and ratios[2] == pytest.approx(4.63, rel=0.01)
+    assert profile.at_context(4) is profile and profile.at_context(16) is profile  # (not below the short context)
+    flat = CostProfile(TINY_AT_16)
+    assert flat.at_context(400) is flat  # nothing measured: nothing depends on the context
+    for bad in ({9: 0.6e-3}, {1: 0.1e-3}, {1: 0.1e-3, 17: 1e-3}):  # no one-token pass; no larger size; unmeasured
+        with pytest.raises(ConfigError):
+            CostProfile(TINY_AT_16, long_context=128, long_seconds=bad)
+    with pytest.raises(ConfigError):
+        CostProfile(TINY_AT_16, long_context=16, long_seconds=TINY_AT_128)  # not longer than the short context
+    # More context never makes a pass cheaper: a long-context timing far below the short one is noise.
+    assert not CostProfile({1: 0.01, 9: 0.033}, long_context=128, long_seconds={1: 0.005, 9: 0.06}).plausible
+    assert CostProfile({1: 0.01, 9: 0.033}, long_context=128, long_seconds={1: 0.011, 9: 0.06}).plausible
+
+
+@pytest.mark.parametrize("long", [True, False])
+def test_a_long_prompt_makes_the_schedule_verify_less(long):
+    """The same 8-token proposal (each token 80% sure) after a 16-token prompt and after a 300-token one:
+    after the long prompt the tiny curve makes long passes dearer, and fewer tokens are verified.
+    Negative control: a profile without the long context chooses alike. Fails if start() ignored the context."""
+    profile = CostProfile(TINY_AT_16, long_context=128, long_seconds=TINY_AT_128) if long else CostProfile(TINY_AT_16)
+    proposal = DraftProposal(tokens=tuple(range(8)), buckets=(0,) * 8)
+    chosen = {}
+    for context in (16, 300):
+        schedule = AdaptiveSchedule(8, target_costs=profile, free_drafter=True, priors={True: [0.8], False: [0.8]})
+        schedule.start(context)
+        chosen[context] = schedule.choose(proposal, True)
+    assert chosen[16] >= 4
+    assert (chosen[300] < chosen[16]) == long
+
+
 def test_profile_cache_round_trip_is_keyed(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
-    profile = CostProfile({1: 0.01, 2: 0.015}, switch_seconds=0.002, key="model-a|threads=2")
+    profile = CostProfile({1: 0.01, 2: 0.015}, switch_seconds=0.002, key="model-a|threads=2", long_context=128,
+                          long_seconds={1: 0.011, 2: 0.017})
     save(profile)
     loaded = load_cached("model-a|threads=2")
     assert loaded is not None and loaded.seconds == profile.seconds and loaded.from_cache
     assert loaded.switch_seconds == 0.002
+    assert loaded.long_context == 128 and loaded.long_seconds == profile.long_seconds
     assert load_cached("model-a|threads=1") is None
     path = next(tmp_path.rglob("*.json"))
     path.write_text("not json")
@@ -473,6 +540,7 @@ def test_profile_for_measures_once_then_reads_the_cache(tiny_engines, tmp_path, 
     first = profile_for(target)
     assert first is not None and not first.from_cache and first.calibration_seconds > 0
     assert set(first.seconds) >= {1, 2, 3, 5, 9} and all(s > 0 for s in first.seconds.values())
+    assert first.long_context == 128 and set(first.long_seconds) == {1, 9}  # a tiny model: the long context fits
     assert target.n_past == 0  # measuring leaves the cache empty
     second = profile_for(target)
     assert second is not None and second.from_cache and second.seconds == first.seconds
@@ -520,8 +588,9 @@ def test_measuring_takes_more_rounds_while_the_curve_is_implausible(target, monk
 
 @pytest.mark.parametrize("pass_seconds, rounds", [(0.001, 2), (0.02, 1)])
 def test_a_repeat_round_that_would_pass_the_calibration_budget_is_skipped(target, monkeypatch, pass_seconds, rounds):
-    """Two rounds where they fit in 0.5 s; one where a round alone takes 0.38 s (a slow machine: Gemma at
-    one thread took 0.78 s for two). Fails without the budget (two rounds either way)."""
+    """Two rounds where they fit in 0.5 s, and the long-context passes after them; one round and no long
+    context where a round alone takes 0.38 s (a slow machine: Gemma at one thread took 0.78 s for two).
+    Fails without the budget (two rounds and the long context either way)."""
     calls = {"n": 0}
     forward = type(target).forward_argmax
 
@@ -532,8 +601,10 @@ def test_a_repeat_round_that_would_pass_the_calibration_budget_is_skipped(target
 
     monkeypatch.setattr(type(target), "forward_argmax", timed)
     profile = measure(target)
-    assert calls["n"] == rounds * (len(CALIBRATION_SIZES) + 1)  # each round: every size, then a second one-token pass
-    assert profile.plausible
+    # Each round: every size, then a second one-token pass; at the long context: the largest and two one-token passes.
+    long_calls = 3 * rounds if rounds == 2 else 0
+    assert calls["n"] == rounds * (len(CALIBRATION_SIZES) + 1) + long_calls
+    assert profile.plausible and bool(profile.long_seconds) == (rounds == 2)
 
 
 def test_in_memory_engines_have_no_profile(target):
