@@ -68,7 +68,7 @@ def calibrate(
                       f"{long[largest] * 1e3:.2f} ms ({long[largest] / long[1]:.2f}x): runs price passes at their "
                       f"prompt's length")
     else:
-        console.print("the long-context passes were not timed (they would not fit in the calibration budget): "
+        console.print("the long-context passes were not timed (no room in the calibration budget or the context): "
                       "costs are taken as the same at any context")
     note = ""
     if saved:

@@ -151,12 +151,26 @@ class SpeculativeDecoder:
             self._prefill(prompt[:-1])
             if drafter is not None:
                 drafter.start(prompt)
-            stats.prefill_seconds = clock() - t0
             schedule.start(len(prompt))
+            stats.prefill_seconds = clock() - t0  # (the drafter's and the schedule's setup for the prompt too)
+            # Rounds the schedule said are plain steps whatever they show (a pause) run without asking
+            # the schedule or telling it and the drafter round by round: they are told afterwards, all
+            # together (a round's Python work right after a pass runs with cold caches: told round by
+            # round, 5-7 us of a tiny model's 200 us round).
+            plain_left = 0
+            untold: list[tuple[list[int], float, float]] = []  # (committed, draft seconds, verify seconds)
             while True:
                 t_round = clock()
                 room = min(target.n_ctx - len(context), max_new_tokens - (len(context) - len(prompt))) - 1
-                k = min(schedule.next_k(room), room) if drafter is not None else 0
+                k = 0
+                if drafter is not None and not plain_left:
+                    if untold:
+                        self._tell(untold, greedy)
+                    plain_left = schedule.plain_rounds()
+                    if not plain_left:
+                        k = min(schedule.next_k(room), room)
+                deferred = plain_left > 0
+                plain_left -= deferred
                 proposal = NO_PROPOSAL
                 if k > 0:
                     proposal = drafter.propose(k, policy, rng, budget=schedule.budget(greedy)).prefix(k)
@@ -189,24 +203,30 @@ class SpeculativeDecoder:
                 mirror[len(context):len(context) + len(new)] = new
                 context.extend(new)
                 target.reset(len(context) - 1)
-                if drafter is not None:
+                if drafter is not None and not deferred:
                     drafter.accept(n_acc, new)
                 t_end = clock()
                 stats.record_round(len(proposal.tokens), n_acc, len(new))
                 stats.verify_seconds += t_end - t_verify
                 # A declined greedy proposal still shows whether its first token was right: the plain
                 # step just produced the target's own token there.
-                first_matched = drafted.tokens[0] == token if greedy and drafted.tokens and not proposal.tokens \
-                    else None
-                schedule.observe(drafted, len(proposal.tokens), n_acc, len(new), greedy,
-                                 t_verify - t_round, t_end - t_verify, first_matched=first_matched)
+                if deferred:
+                    untold.append((new, t_verify - t_round, t_end - t_verify))
+                else:
+                    first_matched = drafted.tokens[0] == token if greedy and drafted.tokens and not proposal.tokens \
+                        else None
+                    schedule.observe(drafted, len(proposal.tokens), n_acc, len(new), greedy,
+                                     t_verify - t_round, t_end - t_verify, first_matched=first_matched)
                 if stop_reason is None:
                     if len(context) - len(prompt) >= max_new_tokens:
                         stop_reason = "length"
                     elif len(context) >= target.n_ctx:
                         stop_reason = "context"
-                if stop_reason is not None and self._calibration_key is not None:
-                    self._remember()
+                if stop_reason is not None:
+                    if untold:
+                        self._tell(untold, greedy)
+                    if self._calibration_key is not None:
+                        self._remember()
                 # The schedule learning from the round (and the last round's remembering) is drafting's
                 # overhead too: a user waits for it.
                 t_done = clock()
@@ -216,6 +236,8 @@ class SpeculativeDecoder:
                 if stop_reason is not None:
                     return
                 if check_on_resume and not _holds(target, mirror[: len(context) - 1]):
+                    if untold:
+                        self._tell(untold, greedy)  # (before the drafter starts again from the context)
                     self._resync(context)  # another generation used the engine while this one was paused
         except GeneratorExit:
             # Closed (or garbage-collected) while paused at a yield: the caches were consistent
@@ -225,11 +247,20 @@ class SpeculativeDecoder:
             self._restore(context)
             raise
 
+    def _tell(self, untold: list[tuple[list[int], float, float]], greedy: bool) -> None:
+        """Tell the drafter and the schedule about plain rounds run without them, in order (and forget them)."""
+        drafter, schedule = self.drafter, self.schedule
+        for committed, draft_seconds, verify_seconds in untold:
+            drafter.accept(0, committed)  # type: ignore[union-attr]
+            schedule.observe(NO_PROPOSAL, 0, 0, len(committed), greedy, draft_seconds, verify_seconds)
+        untold.clear()
+
     def _remember(self) -> None:
         """Pass what the schedule's calibration learned since the last time on to the next runs."""
         if not isinstance(self.schedule, AdaptiveSchedule):
             return  # (a key is set only with the adaptive schedule this decoder built)
-        keep = _calibrations.worth_keeping(self.schedule.learned(), self._remembered)
+        floor = {greedy: kept + _calibrations.MIN_OBSERVATIONS for greedy, kept in self._remembered.items()}
+        keep = _calibrations.worth_keeping(self.schedule.learned(floor), self._remembered)
         for greedy, (_, outcomes) in keep.items():
             self._remembered[greedy] = outcomes
         _calibrations.remember(self._calibration_key, {greedy: cal for greedy, (cal, _) in keep.items()})

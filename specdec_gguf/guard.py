@@ -24,7 +24,7 @@ class GainGuard:
     themselves), drafting pauses for ``first_pause`` rounds, doubling up to ``max_pause``.
     The last ``quiet_rounds`` rounds (at most ``window``) verifying nothing pause as soon as they
     lost more than ``tolerance`` each: what they lost is measured drafting time, with no bet's
-    noise in it.
+    noise in it; after such a pause, ``quiet_rounds`` new ones.
     """
 
     def __init__(self, *, window: int, min_rounds: int, tolerance: float, slack: float, first_pause: int,
@@ -48,6 +48,11 @@ class GainGuard:
             self._pause -= 1
             return True
         return False
+
+    def claim_pause(self) -> int:
+        """The rounds left of this pause, all at once: the caller makes each a plain step."""
+        rounds, self._pause = self._pause, 0
+        return rounds
 
     def asked(self) -> None:
         """This round consults the drafter: score it when it is recorded."""
@@ -87,17 +92,21 @@ class GainGuard:
         self._gains.append(score)
         self._verified.append(verified > 0)
         self._quiet = 0 if verified else self._quiet + 1
-        if len(self._gains) < self.min_rounds:
+        # A verdict needs evidence: the last rounds verifying nothing (their loss is the drafter's
+        # measured time, not a bet's noisy outcome, so no slack: a lookup's search on a tiny model,
+        # 4-8% of each round), or, over at least min_rounds, several verified rounds or proposals
+        # that cost a lot by themselves.
+        quiet_loss = self._quiet >= self.quiet_rounds and \
+            -sum(islice(reversed(self._gains), self.quiet_rounds)) > self.tolerance * self.quiet_rounds
+        if not quiet_loss and len(self._gains) < self.min_rounds:
             return
-        # A verdict needs evidence: several verified rounds, or proposals that cost a lot by themselves,
-        # or the last rounds verifying nothing: their loss is the drafter's measured time, not a bet's
-        # noisy outcome, so no slack (a lookup's search on a tiny model: 4-8% of each round).
         loss = -sum(self._gains) - self.tolerance * len(self._gains)
-        if (loss > self.slack and (sum(self._verified) >= self.min_rounds or loss > self.slack * len(self._gains) / 8)) \
-                or (self._quiet >= self.quiet_rounds
-                    and -sum(islice(reversed(self._gains), self.quiet_rounds)) > self.tolerance * self.quiet_rounds):
+        if quiet_loss or (loss > self.slack and (sum(self._verified) >= self.min_rounds
+                                                  or loss > self.slack * len(self._gains) / 8)):
             self._pause = self._interval
             self._interval = min(2 * self._interval, self.max_pause)
-            self._quiet = 0  # the next pause on quiet rounds needs new ones: a copy that began meanwhile shows
+            # The next pause on quiet rounds needs new ones: a copy that began meanwhile shows in them
+            # (a drafter backing off after misses may skip the first rounds it is asked).
+            self._quiet = 0
         elif loss <= 0:
             self._interval = self.first_pause  # drafting pays again: the next pause starts short

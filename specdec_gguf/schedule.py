@@ -88,9 +88,11 @@ class ScheduleConstants:
     guard_slack: float = 2.0  # tokens: one long wrong pass is part of drafting, not a verdict
     guard_max_pause: int = 64
     # Rounds in a row verifying nothing after which a free drafter (prompt lookup) whose searches cost
-    # more than the tolerance pauses: nothing else limits its searches (a tiny model: 24 rounds of 4-8%
-    # before, as a full window), and a copy that starts meanwhile is found a pause late. A costly
-    # drafter's looks are limited by probe_share and teach its calibration: a full window for them.
+    # more than the tolerance pauses, and new ones needed after a pause: nothing else limits its
+    # searches (a tiny model: 24 rounds of 5-10% each as a full window), and a copy that starts
+    # meanwhile is found a pause late. 4 lost the short loops a tiny model's output falls into (a
+    # test fails 4 times in 6) for ~0.7% more speed. A costly drafter's looks are limited by
+    # probe_share and teach its calibration: a full window for them.
     guard_quiet_rounds: int = 8
     # Declined prompt-lookup proposals teach the calibration only when their first token's bucket is
     # within this of what may be verified (see observe).
@@ -103,6 +105,12 @@ class DraftSchedule(Protocol):
 
     def start(self, context: int) -> None:
         """A new generation begins after a prompt of ``context`` tokens."""
+        ...
+
+    def plain_rounds(self) -> int:
+        """How many rounds from now are plain steps whatever they show (a pause; 0: ask ``next_k``). The
+        decoder runs them without consulting the schedule or the drafter and tells both about them
+        (``observe``, ``DrafterEngine.accept``) afterwards, in order, before it asks again."""
         ...
 
     def next_k(self, room: int) -> int:
@@ -161,6 +169,9 @@ class FixedSchedule:
 
     def start(self, context: int) -> None:
         return None
+
+    def plain_rounds(self) -> int:
+        return 0
 
     def next_k(self, room: int) -> int:
         return self.k
@@ -245,6 +256,9 @@ class AdaptiveSchedule:
         # What was learned carries over to the next generation; the cost curve is the profile's at
         # this context (a long prompt makes long passes dearer per token on small models).
         self._verify.at_context(context)
+        self._cost_table()  # (refitted now, with the prompt's prefill, rather than in the first round)
+        if self.free_drafter:
+            self.min_confidence()  # (what prompt lookup's first search asks)
 
     # -- costs ------------------------------------------------------------------------------
     def verify_cost(self, n: int) -> float | None:
@@ -304,6 +318,10 @@ class AdaptiveSchedule:
         return max(self._plain_rate, realized)
 
     # -- decisions --------------------------------------------------------------------------------
+    def plain_rounds(self) -> int:
+        # The guard's pause, all at once (next_k would answer 0 to each of its rounds).
+        return self.guard.claim_pause()
+
     def next_k(self, room: int) -> int:
         self._probing = False
         costs = self._cost_table()
@@ -460,10 +478,13 @@ class AdaptiveSchedule:
         # the cap allows (it doubles with each such pass) while that still beats a plain step.
         return cap if at_cap > plain else capped_k
 
-    def learned(self) -> dict[bool, tuple[tuple[float, float, float, float], int]]:
-        """Per policy whose drafter has buckets: the pooled calibration learned so far and how many
+    def learned(self, at_least: Mapping[bool, int] | None = None) -> dict[bool, tuple[tuple[float, float, float, float], int]]:
+        """Per policy whose drafter has buckets (and, given ``at_least``, whose outcomes reach it: the
+        others are not refitted, ~50 us each): the pooled calibration learned so far and how many
         outcomes taught it (what calibrations.py keeps for the next run)."""
-        return {g: (m.fitted(), m.outcomes) for g, m in self.models.items() if not self._slot_buckets[g]}
+        at_least = at_least or {}
+        return {g: (m.fitted(), m.outcomes) for g, m in self.models.items()
+                if not self._slot_buckets[g] and m.outcomes >= at_least.get(g, 0)}
 
     # -- learning -----------------------------------------------------------------------------------
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,

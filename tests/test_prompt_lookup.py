@@ -245,3 +245,23 @@ def test_a_short_match_in_between_does_not_stop_a_copy_resuming():
         proposal = drafter.propose(8, budget=_LongishBudget())
     assert proposal.tokens[:5] == tuple(S[35:40])
     assert proposal.buckets[0] // 4 >= 7  # a match of 15 or more: the copy's own
+
+
+@pytest.mark.parametrize("base", [0, 1 << 21, (1 << 21) - 40])
+def test_a_prompt_indexed_at_once_matches_as_one_indexed_token_by_token(base):
+    """A long prompt's n-grams are keyed at numpy speed on its first search, later tokens one by one:
+    both give the same proposals, also for ids too large to pack (ids >= 2^21 fall back)."""
+    import random
+
+    rng = random.Random(base)
+    words = [base + rng.randrange(40) for _ in range(300)]
+    context = words + words[50:60]
+    for max_ngram in (2, 3, 5):
+        at_once = PromptLookupDrafter(max_ngram=max_ngram)
+        at_once.start(context)
+        one_by_one = PromptLookupDrafter(max_ngram=max_ngram)
+        one_by_one.start(context[:1])
+        for token in context[1:]:
+            one_by_one.propose(1)  # (indexes what came so far, a few tokens at a time)
+            one_by_one.accept(0, [token])
+        assert at_once.propose(8).tokens == one_by_one.propose(8).tokens == tuple(words[60:68])

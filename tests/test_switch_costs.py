@@ -97,11 +97,11 @@ def test_searches_that_never_verify_pause_once_they_cost_more_than_the_tolerance
     assert paused_at == pauses_at
 
 
-def test_after_a_pause_new_quiet_rounds_are_needed_and_the_pauses_double():
-    """Searches that keep losing: 8 rounds, a pause of 8; then 8 new rounds (a copy that began during
-    the pause is found in them), a pause of 16; then 32. Fails if the first round after a pause re-paused
-    on the old rounds' evidence (a copy starting later was never found: a tiny model's repetitive output
-    went undrafted for 200 tokens), or if the pauses stopped doubling."""
+def test_after_a_pause_a_new_quiet_round_is_needed_and_the_pauses_double():
+    """Searches that keep losing: 8 rounds, a pause of 8; then 8 new rounds (a copy that began during the
+    pause is found in them, though a drafter backing off skips up to 2), a pause of 16; then 32. Fails if
+    the first round after a pause re-paused on the old rounds' evidence (a tiny model's repetitive output
+    went undrafted for 200 tokens: test_calibrations), or if the pauses stopped doubling."""
     guard = _guard(8)
     guard.record(0, 1, 0.0, 1 * MS, after_verify=False)
     searching, pauses, paused_for = 0, [], 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -52,12 +52,41 @@ def _priors(scale: float) -> tuple[float, ...]:
     return tuple(out)
 
 
+_VECTOR_MIN = 32  # tokens to index at once from which numpy computes the keys
+_ID_BITS = 21  # ids packed per key of a 2- or 3-gram (262k-token vocabularies: 18 bits)
+
+
+def _gram_key(toks: Sequence[int], end: int, n: int, separated: bool = False) -> int | None:
+    """The index key of the n-gram ``toks[end - n:end]`` (None: it spans a SEPARATOR)."""
+    if n == 1:
+        key = toks[end - 1]
+        return None if key == SEPARATOR else key
+    if separated and SEPARATOR in toks[end - n:end]:
+        return None
+    if n == 2:
+        return (toks[end - 2] << _ID_BITS) ^ toks[end - 1]
+    if n == 3:
+        return (toks[end - 3] << 2 * _ID_BITS) ^ (toks[end - 2] << _ID_BITS) ^ toks[end - 1]
+    return hash(tuple(toks[end - n:end]))
+
+
+def _packed_keys(toks: list[int], first: int, stop: int, n: int) -> list[int] | Iterator[int | None]:
+    """``_gram_key`` of the n-grams (n = 2, 3) ending at ``first`` .. ``stop - 1``, computed at once."""
+    ids = np.asarray(toks[first - n:stop - 1], dtype=np.int64)
+    if ids.min() < 0 or ids.max() >= 1 << _ID_BITS:  # (packed into int64 they would not be the same keys)
+        return (_gram_key(toks, end, n) for end in range(first, stop))
+    keys = (ids[:-1] << _ID_BITS) ^ ids[1:] if n == 2 else \
+        (ids[:-2] << 2 * _ID_BITS) ^ (ids[1:-1] << _ID_BITS) ^ ids[2:]
+    return keys.tolist()
+
+
 class _Index:
     """Where each n-gram (n in [min_n, max_n]) of a token list ended: per n, key -> positions, ascending.
 
-    Keys are the token itself (n = 1) or a hash of the n-gram, so memory grows with the number
-    of tokens times the number of n, not with n squared; a (rare) hash collision is caught when
-    the match is checked token by token. ``separated`` lists may hold SEPARATOR between documents.
+    Keys are the token itself (n = 1), the ids packed into one integer (n = 2, 3: exact for ids
+    below 2^21) or a hash of the n-gram, so memory grows with the number of tokens times the
+    number of n, not with n squared; a (rare) collision is caught when the match is checked
+    token by token. ``separated`` lists may hold SEPARATOR between documents.
     """
 
     def __init__(self, min_n: int, max_n: int, separated: bool = False) -> None:
@@ -71,19 +100,22 @@ class _Index:
         the longest are searched for, and a round's work stays near a plain round's."""
         self.tokens.extend(map(int, tokens))
 
+    def index(self, n: int) -> None:
+        """Index the n-grams of length ``n`` now rather than at the first search that needs them."""
+        self._catch_up(n)
+
     def _catch_up(self, n: int) -> dict[int, int | list[int]]:
         """The table of n-grams, brought up to date: n-gram ``tokens[end - n:end]`` -> its ``end``s."""
         toks, table = self.tokens, self.positions[n]
-        for end in range(max(self._indexed[n], n), len(toks)):
-            if n == 1:
-                key = toks[end - 1]
-                if key == SEPARATOR:
-                    continue
-            else:
-                gram = tuple(toks[end - n:end])
-                if self.separated and SEPARATOR in gram:
-                    continue
-                key = hash(gram)
+        first, stop = max(self._indexed[n], n), len(toks)
+        keys: Iterable[int | None]
+        if 1 < n <= 3 and stop - first >= _VECTOR_MIN and not self.separated:
+            keys = _packed_keys(toks, first, stop, n)  # a prompt's first search: its keys at numpy speed
+        else:
+            keys = (_gram_key(toks, end, n, self.separated) for end in range(first, stop))
+        for end, key in enumerate(keys, start=first):
+            if key is None:
+                continue  # (a gram across documents)
             found = table.get(key)
             if found is None:
                 table[key] = end  # most n-grams occur once: a bare int until they repeat
@@ -95,8 +127,8 @@ class _Index:
         return table
 
     def ends(self, tail: Sequence[int], n: int) -> Sequence[int]:
-        """Where the n-gram ``tail[-n:]`` ended earlier (ascending; a hash collision may slip in)."""
-        found = self._catch_up(n).get(tail[-1] if n == 1 else hash(tuple(tail[-n:])))
+        """Where the n-gram ``tail[-n:]`` ended earlier (ascending; a collision may slip in)."""
+        found = self._catch_up(n).get(_gram_key(tail, len(tail), n))
         return () if found is None else (found,) if type(found) is int else found
 
     def best_match(self, tail: list[int], shortest: int = 1) -> tuple[int, int, bool]:
@@ -199,6 +231,7 @@ class PromptLookupDrafter(DrafterBase):
             self._remember(self._ctx.tokens)
         self._ctx = _Index(self.min_ngram, self.max_ngram)
         self._ctx.extend(prompt_tokens)
+        self._ctx.index(self.max_ngram)  # the first search looks for these: index the prompt with its prefill
         self._src, self._pending, self._match, self._full = None, (), 0, False
         self._edits, self._edit_starts, self._confirmed, self._refuted = {}, {}, set(), set()  # per generation
         self._prompt_length = len(prompt_tokens)  # edits are learned from the output only
