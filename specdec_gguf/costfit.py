@@ -7,6 +7,7 @@ make them. These fits keep the profile's shape and learn its scale from the last
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 
@@ -60,6 +61,16 @@ class VerifyCosts:
             curve = self.profile.at_context(tokens)
             self._shape = [curve.cost(n) for n in range(1, self._sizes + 1)]
             self.stale = True
+
+    def rounds_to_refresh(self, round_seconds: float) -> int:
+        """About how many rounds of ``round_seconds`` each may be recorded from now before the table is
+        due to be rebuilt (both conditions: rounds and seconds), one fewer to be safe; 0 if it is due."""
+        if self.stale or not self.table:
+            return 0
+        rounds = self.refresh_every - self._since_refresh
+        if round_seconds > 0:
+            rounds = max(rounds, math.ceil((self.refresh_seconds - self._since_refresh_seconds) / round_seconds))
+        return max(rounds - 1, 0)
 
     def record(self, size: int, seconds: float, round_seconds: float) -> None:
         """A target pass over ``size`` tokens took ``seconds`` (its round ``round_seconds``)."""

@@ -319,8 +319,19 @@ class AdaptiveSchedule:
 
     # -- decisions --------------------------------------------------------------------------------
     def plain_rounds(self) -> int:
-        # The guard's pause, all at once (next_k would answer 0 to each of its rounds).
-        return self.guard.claim_pause()
+        # The guard's pause, all at once (next_k would answer 0 to each of its rounds); else, for a costly
+        # drafter that doesn't pay, the rounds before its next look may come, but not past the refit of
+        # the costs that plain steps make due (it could make drafting pay: next_k sees it then, as before).
+        paused = self.guard.claim_pause()
+        if paused or self.free_drafter or self._look_again or self._start_value is None \
+                or self._start_value > self.c.draft_margin:
+            return paused
+        wait = max(self._probe_interval, self._unaffordable_until) - self._rounds_since_draft
+        table = self._verify.table
+        claimed = min(int(wait), self._verify.rounds_to_refresh(table[0] if table else 0.0))
+        if claimed > 0:
+            self._probing = False
+        return max(claimed, 0)
 
     def next_k(self, room: int) -> int:
         self._probing = False

@@ -34,12 +34,17 @@ def test_greedy_speculative_equals_target_greedy(vocab, seed, noise, k, use_mode
         # The anchor (last committed token) is the one committed token not yet in the cache.
         assert target.n_past == len(prompt) + len(out) - 1
         assert list(target.tokens) == (prompt + out)[:-1]
+        # The drafter follows the committed context, a pause behind at most: a pause's plain rounds are
+        # told to it together when the pause ends (or the generation does).
+        told = list(drafter.context)
+        assert told == (prompt + out)[:len(told)] and len(prompt + out) - len(told) <= 64
         if use_model:
             view = list(drafter.cache_view)
-            assert view == (prompt + out)[len(prompt) + len(out) - len(view):]
+            assert view == told[len(told) - len(view):]
             assert list(draft_engine.tokens) == view[: draft_engine.n_past]
             assert draft_engine.n_past <= len(view) - 1
     assert out == plain_greedy(target, prompt, max_new)
+    assert list(drafter.context) == prompt + out  # (all told when the generation stopped)
 
 
 def test_plain_decoder_matches_reference(target):

@@ -524,6 +524,39 @@ def test_an_expensive_draft_is_never_consulted():
     assert plain / adaptive >= 0.99
 
 
+@pytest.mark.parametrize("curve, ratio", [("tiny-f32", 0.1), ("tiny-f32", 0.5), ("gemma-epyc-1t", 0.3), ("49k-xeon", 0.1)])
+def test_claiming_the_rounds_before_a_look_changes_no_decision(curve, ratio):
+    """A draft model that doesn't pay on a curve: the rounds before its next look are claimed as plain
+    steps and told afterwards (plain_rounds). Every decision and so every simulated second is as when
+    each round asked next_k. Fails if a claim ran past a look, or past a refit that made drafting pay."""
+
+    class AskingEachRound(AdaptiveSchedule):
+        def plain_rounds(self):
+            return self.guard.claim_pause()
+
+    from specdec_gguf.drafters import AutoregressiveDrafter
+    from specdec_gguf.settings import default_num_draft_tokens
+
+    claimed = []
+
+    class Counting(AdaptiveSchedule):
+        def plain_rounds(self):
+            claimed.append(super().plain_rounds())
+            return claimed[-1]
+
+    priors = AutoregressiveDrafter.acceptance_priors(None, True), AutoregressiveDrafter.acceptance_priors(None, False)
+    for trace in TRACES[::2]:
+        runs = []
+        for kind in (Counting, AskingEachRound):
+            base = curve_profile(curve)
+            draft_costs = CostProfile({1: base.cost(1) * ratio, 2: base.cost(1) * ratio * 1.2})
+            schedule = kind(default_num_draft_tokens("draft-model", True), target_costs=base, draft_costs=draft_costs,
+                            priors={True: priors[0], False: priors[1]})
+            runs.append(simulate(trace, curve, 160, None, drafter="draft-model", draft_ratio=ratio, schedule=schedule))
+        assert runs[0] == runs[1], trace.id
+    assert sum(claimed) > 0  # (claims were made)
+
+
 def test_schedules_follow_the_protocol():
     assert isinstance(AdaptiveSchedule(4), DraftSchedule)
     assert isinstance(FixedSchedule(4), DraftSchedule)
