@@ -709,7 +709,33 @@ def test_a_repeat_round_that_would_pass_the_calibration_budget_is_skipped(target
     # Each round: every size, then a second one-token pass; at the long context: the largest and two one-token passes.
     long_calls = 3 * rounds if rounds == 2 else 0
     assert calls["n"] == rounds * (len(CALIBRATION_SIZES) + 1) + long_calls
-    assert profile.plausible and bool(profile.long_seconds) == (rounds == 2)
+    assert profile.plausible and bool(profile.long_seconds) == (rounds == 2) and profile.rounds == rounds
+
+
+def test_a_profile_measured_in_one_round_gets_a_round_more_from_the_next_run(tiny_engines, tmp_path, monkeypatch):
+    """The budget allowed one round and it caught a busy moment (a 9-token pass timed far too dear): the
+    next run times a round more and keeps the fastest of each, then runs read it without measuring.
+    Fails if a one-round profile were final (Gemma's adaptive lookup was held at 2-token passes: 1.88x
+    plain instead of 2.6x) or if later runs kept measuring."""
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    target, _ = tiny_engines
+    busy = CostProfile({1: 1e-3, 2: 1.2e-3, 3: 1.4e-3, 5: 2.3e-3, 9: 4.9e-3}, switch_seconds=0.1e-3, rounds=1,
+                       key=target.profile_key)
+    quiet = CostProfile({1: 1.1e-3, 2: 1.3e-3, 3: 1.5e-3, 5: 2.4e-3, 9: 3.4e-3}, switch_seconds=0.1e-3, rounds=1)
+    save(busy)
+    calls = []
+
+    def measured(engine, repeats=2, **kwargs):
+        calls.append(repeats)
+        return CostProfile(dict(quiet.seconds), switch_seconds=quiet.switch_seconds, rounds=repeats)
+
+    monkeypatch.setattr("specdec_gguf.profile.measure", measured)
+    second = profile_for(target)
+    assert calls == [1]  # one round more
+    assert second.rounds == 2 and second.seconds == {1: 1e-3, 2: 1.2e-3, 3: 1.4e-3, 5: 2.3e-3, 9: 3.4e-3}
+    assert second.switch_seconds == pytest.approx(0.1e-3)
+    third = profile_for(target)
+    assert calls == [1] and third.from_cache and third.seconds == second.seconds  # complete: read, not measured
 
 
 def test_in_memory_engines_have_no_profile(target):
