@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -70,11 +70,11 @@ def _gram_key(toks: Sequence[int], end: int, n: int, separated: bool = False) ->
     return hash(tuple(toks[end - n:end]))
 
 
-def _packed_keys(toks: list[int], first: int, stop: int, n: int) -> list[int] | Iterator[int | None]:
+def _packed_keys(toks: list[int], first: int, stop: int, n: int) -> list[int | None]:
     """``_gram_key`` of the n-grams (n = 2, 3) ending at ``first`` .. ``stop - 1``, computed at once."""
     ids = np.asarray(toks[first - n:stop - 1], dtype=np.int64)
     if ids.min() < 0 or ids.max() >= 1 << _ID_BITS:  # (packed into int64 they would not be the same keys)
-        return (_gram_key(toks, end, n) for end in range(first, stop))
+        return [_gram_key(toks, end, n) for end in range(first, stop)]
     keys = (ids[:-1] << _ID_BITS) ^ ids[1:] if n == 2 else \
         (ids[:-2] << 2 * _ID_BITS) ^ (ids[1:-1] << _ID_BITS) ^ ids[2:]
     return keys.tolist()
