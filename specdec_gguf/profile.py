@@ -178,8 +178,8 @@ def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES,
     """Time one pass of each size in ``sizes`` on ``engine`` (the fastest of ``repeats`` rounds, up
     to two more while the curve is not ``plausible``). A repeat round of a plausible curve is
     skipped when it would end more than ``budget`` seconds after the start: on a slow machine
-    (Gemma 3 270M at one thread on a 2-core Xeon: 0.39 s a round) one round serves, its ratios
-    within 3% of two rounds', and the online fit refines them.
+    (Gemma 3 270M at one thread on a 2-core Xeon: 0.39 s a round) one round serves this run and
+    ``profile_for`` adds the second in the next (``rounds`` says how many there were).
 
     Uses and then clears the engine's cache. Each round runs the sizes largest first (the
     first sizes the output buffers), so every pass follows one of another size and rebuilds
@@ -196,13 +196,6 @@ def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES,
     base = min(CONTEXT_TOKENS, engine.n_ctx - sizes[-1])
     order = [*reversed(sizes), 0]  # 0: the one-token pass right after a one-token pass
 
-    def timed(n: int) -> float:
-        t0 = time.perf_counter()
-        engine.forward_argmax([token] * n)
-        seconds = time.perf_counter() - t0
-        engine.reset(base)
-        return seconds
-
     engine.reset(0)
     try:
         engine.advance([token] * base)
@@ -212,7 +205,7 @@ def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES,
             began = time.perf_counter()
             rounds += 1
             for n in order:
-                best[n] = min(best[n], timed(n or 1))
+                best[n] = min(best[n], _timed(engine, n or 1, token, base))
             if not _profile(best).plausible:
                 if rounds < repeats + 2:
                     continue  # more rounds (two at most) while the curve is implausible: a busy moment passes
@@ -247,11 +240,17 @@ def _long_context(engine: SpeculativeEngine, short: CostProfile, largest: int, r
     best = {n: float("inf") for n in (largest, 1, 0)}
     for _ in range(max(repeats, 1)):
         for n in best:  # the largest, then a one-token pass after it, then one after that (reusing the graph)
-            t0 = time.perf_counter()
-            engine.forward_argmax([token] * (n or 1))
-            best[n] = min(best[n], time.perf_counter() - t0)
-            engine.reset(base)
+            best[n] = min(best[n], _timed(engine, n or 1, token, base))
     return {largest: best[largest], 1: min(best[0], best[1])}
+
+
+def _timed(engine: SpeculativeEngine, n: int, token: int, base: int) -> float:
+    """Seconds of one pass over ``n`` tokens after ``base`` cached ones; the cache is left at ``base``."""
+    t0 = time.perf_counter()
+    engine.forward_argmax([token] * n)
+    seconds = time.perf_counter() - t0
+    engine.reset(base)
+    return seconds
 
 
 def _profile(best: dict[int, float], long: dict[int, float] | None = None) -> CostProfile:
