@@ -20,6 +20,8 @@ import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from filelock import FileLock, Timeout
+
 from .engine import DrafterEngine, SpeculativeEngine, TextModel
 from .profile import cache_dir, write_cache_file
 
@@ -32,6 +34,8 @@ BLEND = 0.5
 # What a stored calibration may say (a, s, d₁, d₂); outside: a damaged file, ignored. s >= 0.1
 # keeps the priors' order, as the online fit does.
 _BOUNDS = ((-8.0, 8.0), (0.1, 8.0), (-6.0, 6.0), (-6.0, 6.0))
+# Seconds a run waits for another one's read-blend-write of the same calibration before it skips its own.
+LOCK_SECONDS = 2.0
 
 Calibration = tuple[float, float, float, float]
 
@@ -114,9 +118,18 @@ def blended(stored: Mapping[bool, Calibration], learned: Mapping[bool, Sequence[
 
 def remember(key: str | None, learned: Mapping[bool, Sequence[float]]) -> None:
     """Move the stored calibrations ``BLEND`` of the way to ``learned`` (stored as is when there is
-    none yet) and write them (profile.write_cache_file)."""
+    none yet) and write them (profile.write_cache_file), one run at a time (a lock file beside them)."""
     if key is None or not learned:
         return
-    stored = blended(recall(key), learned)
-    write_cache_file(_path_for(key), {"format": FORMAT, "key": key, **{
-        name: list(stored[greedy]) for greedy, name in ((True, "greedy"), (False, "sampled")) if greedy in stored}})
+    path = _path_for(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Runs sharing the cache (a server's requests, batch jobs side by side) each read, blend and
+        # write: unlocked, two that overlap both blend into the same old file and one blend is lost.
+        with FileLock(path.with_suffix(".lock"), timeout=LOCK_SECONDS):
+            stored = blended(recall(key), learned)
+            write_cache_file(path, {"format": FORMAT, "key": key, **{
+                name: list(stored[greedy]) for greedy, name in ((True, "greedy"), (False, "sampled"))
+                if greedy in stored}})
+    except (OSError, Timeout):
+        return  # a cache that can't be written (or is held that long) is skipped: it is an optimisation

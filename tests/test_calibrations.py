@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
+import time
 
 import pytest
 
@@ -46,9 +49,56 @@ def test_remember_stores_then_blends_and_recall_is_keyed():
     calibrations.remember(None, {True: (1.0, 1.0, 0.0, 0.0)})  # no key: nothing to write, no error
 
 
+def _overlapping_remembers(monkeypatch) -> tuple[float, ...]:
+    """Two threads remember different calibrations for one pair while each one's read is held up until
+    the other has read too (where a lock lets it): what the store holds afterwards (greedy)."""
+    calibrations.remember("pair-a", {True: (0.0, 1.0, 0.0, 0.0)})
+    recall, both_read = calibrations.recall, threading.Barrier(2, timeout=0.5)
+
+    def slow_recall(key):
+        stored = recall(key)
+        with contextlib.suppress(threading.BrokenBarrierError):
+            both_read.wait()  # (under the lock the other can't read meanwhile: the wait times out)
+        return stored
+
+    monkeypatch.setattr(calibrations, "recall", slow_recall)
+    threads = [threading.Thread(target=calibrations.remember, args=("pair-a", {True: (a, 1.0, 0.0, 0.0)}))
+               for a in (4.0, 2.0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    monkeypatch.setattr(calibrations, "recall", recall)
+    return calibrations.recall("pair-a")[True]
+
+
+def test_overlapping_runs_each_blend_their_calibration_in(monkeypatch):
+    # One after the other: 0 -> 2 -> 2, or 0 -> 1 -> 2.5; both blends are in either way.
+    assert _overlapping_remembers(monkeypatch)[0] in (2.0, 2.5)
+
+
+def test_without_the_lock_overlapping_runs_lose_a_blend(monkeypatch):
+    # The negative control of the test above: the same interleaving with the lock taken away.
+    monkeypatch.setattr(calibrations, "FileLock", lambda *args, **kwargs: contextlib.nullcontext())
+    assert _overlapping_remembers(monkeypatch)[0] in (1.0, 2.0)  # 0 -> 2 or 0 -> 1: one blend lost
+
+
+def test_a_calibration_held_by_another_run_too_long_is_skipped(monkeypatch):
+    monkeypatch.setattr(calibrations, "LOCK_SECONDS", 0.05)
+    calibrations.remember("pair-a", {True: (1.0, 1.0, 0.0, 0.0)})
+    lock_path = next(calibrations.store_dir().glob("*.json")).with_suffix(".lock")
+    with calibrations.FileLock(lock_path):
+        held = threading.Thread(target=calibrations.remember, args=("pair-a", {True: (3.0, 1.0, 0.0, 0.0)}))
+        started = time.monotonic()
+        held.start()
+        held.join()
+        assert time.monotonic() - started < 1.0  # it gave up rather than hang the run
+    assert calibrations.recall("pair-a") == {True: (1.0, 1.0, 0.0, 0.0)}
+
+
 def test_damaged_or_foreign_files_are_ignored():
     calibrations.remember("pair-a", {True: (1.0, 1.2, 0.3, -0.1)})
-    (path,) = calibrations.store_dir().iterdir()
+    (path,) = calibrations.store_dir().glob("*.json")
     data = json.loads(path.read_text())
     path.write_text(json.dumps({**data, "greedy": [1.0, 99.0, 0.0, 0.0]}))  # s far out of bounds
     assert calibrations.recall("pair-a") == {}
