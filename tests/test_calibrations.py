@@ -32,6 +32,23 @@ def test_a_model_starts_from_its_priors_and_is_pulled_towards_its_calibration():
     assert warm.confidence(2) > plain.confidence(2)
 
 
+def test_a_remembered_calibration_takes_effect_as_soon_as_the_first_outcomes_favour_it():
+    # Bucket 0's prior says 0.1; the remembered calibration about 0.45 there.
+    confirmed = AcceptanceModel(PRIORS, calibration=(2.0, 1.0, 0.0, 0.0))
+    confirmed.update_calibration(0, True)  # likelihood ratio ~4.5 for the calibration: not yet
+    assert round(confirmed.confidence(0), 6) == PRIORS[0]
+    confirmed.update_calibration(0, True)  # ~20 by now: the fit takes it
+    assert confirmed.confidence(0) > 0.3 and confirmed.calibration[0] > 1.5
+    # The same two outcomes move neither a model without one (its first refit waits for four
+    # updates) nor one whose first outcomes refute the calibration.
+    unremembered = AcceptanceModel(PRIORS)
+    refuted = AcceptanceModel(PRIORS, calibration=(2.0, 1.0, 0.0, 0.0))
+    for _ in range(2):
+        unremembered.update_calibration(0, True)
+        refuted.update_calibration(0, False)
+    assert [round(m.confidence(b), 6) for m in (unremembered, refuted) for b in range(4)] == PRIORS * 2
+
+
 @pytest.mark.parametrize("bad", [(0.0, 1.0, 0.0), (0.0, 0.0, 0.0, 0.0), (float("nan"), 1.0, 0.0, 0.0)])
 def test_a_calibration_out_of_range_is_refused(bad):
     with pytest.raises(ConfigError, match="calibration"):
