@@ -51,6 +51,11 @@ class ScheduleConstants:
     # doubling from this many rounds up to the maximum, so a change (a copy starts) is noticed cheaply.
     probe_interval: int = 8
     max_probe_interval: int = 256
+    # ... and only with more than this many tokens left to generate: a look that finds drafting pays
+    # needs rounds to earn its price back, and the price of catching up on a long pause after a long
+    # prompt can be far above the profile's (a small Q8_0 draft: 8 ms for 57 tokens after 380, priced
+    # 2-4 ms), so a look in a 64-token answer's last rounds cost it 14%.
+    look_room: int = 16
     # ... and only once the rounds since the last look make its price (the draft catching up on the
     # tokens committed since, then drafting one) at most this share of their time.
     probe_share: float = 0.02
@@ -356,7 +361,7 @@ class AdaptiveSchedule:
             self.guard.asked()
             return self.k_max
         if (self._look_again or self._rounds_since_draft >= self._probe_interval and self._probe_affordable(costs[0])) \
-                and room > self.c.probe_interval and self._potential_value() > self.c.margin:
+                and room > self.c.look_room and self._potential_value() > self.c.margin:
             self._probe_interval = min(2 * self._probe_interval, self.c.max_probe_interval)
             self._probing = True
             self.guard.asked()
