@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from specdec_gguf import ConfigError
@@ -265,3 +267,35 @@ def test_a_prompt_indexed_at_once_matches_as_one_indexed_token_by_token(base):
             one_by_one.propose(1)  # (indexes what came so far, a few tokens at a time)
             one_by_one.accept(0, [token])
         assert at_once.propose(8).tokens == one_by_one.propose(8).tokens == tuple(words[60:68])
+
+
+@pytest.mark.parametrize("alphabet", [3, 50])
+def test_edited_repeats_of_earlier_answers_are_copied_from_memory(alphabet):
+    """Requests whose answers repeat an earlier one with a few spans replaced, dropped or put in (a
+    short prompt, so the copy's source is the memory): drafting never fails, and on a varied vocabulary
+    most of each repeat comes from accepted proposals. In a 3-token alphabet everything is ambiguous:
+    there it must only not fail (the backward match stops at the short context's beginning)."""
+    rng = random.Random(alphabet)
+    copied = total = 0
+    for _ in range(60):
+        drafter = PromptLookupDrafter(memory_tokens=4096)
+        previous = [rng.randrange(alphabet) for _ in range(rng.randint(20, 120))]
+        for request in range(4):
+            prompt = [rng.randrange(alphabet) for _ in range(rng.randint(1, 4))]
+            out = list(previous)
+            for _ in range(rng.randint(0, 4)):
+                at, kind = rng.randrange(len(out)), rng.choice(["drop", "put in", "replace"])
+                replaced = 0 if kind == "put in" else rng.randint(1, 3)
+                out[at:at + replaced] = [rng.randrange(alphabet) for _ in range(0 if kind == "drop" else rng.randint(1, 3))]
+            drafter.start(prompt)
+            i = 0
+            while i < len(out):  # greedy verification against the answer
+                proposal = drafter.propose(8).tokens
+                n = next((j for j, t in enumerate(proposal) if i + j >= len(out) or t != out[i + j]), len(proposal))
+                drafter.accept(n, out[i:i + n + 1])
+                i += n + 1
+                if request:
+                    copied, total = copied + n, total + n + 1
+            previous = prompt + out
+    if alphabet > 10:
+        assert copied / total > 0.7

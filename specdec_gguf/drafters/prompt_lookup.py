@@ -52,6 +52,15 @@ def _priors(scale: float) -> tuple[float, ...]:
     return tuple(out)
 
 
+def _matched_back(src: Sequence[int], end: int, tail: Sequence[int], start: int = 0) -> int:
+    """How many tokens right before ``end`` in ``src`` equal the last ones of ``tail`` (the last
+    ``start`` known to), at most ``MAX_MATCH`` and never past the beginning of either."""
+    length, limit = start, min(MAX_MATCH, end, len(tail))
+    while length < limit and src[end - 1 - length] == tail[-1 - length]:
+        length += 1
+    return length
+
+
 _VECTOR_MIN = 32  # tokens to index at once from which numpy computes the keys
 _ID_BITS = 21  # ids packed per key of a 2- or 3-gram (262k-token vocabularies: 18 bits)
 
@@ -137,16 +146,14 @@ class _Index:
         Tries the longest indexed n-gram first (down to ``shortest``) and compares the latest few
         occurrences, extending each match backwards; (-1, 0, False) when nothing matches.
         """
-        toks, size, limit = self.tokens, len(self.tokens), min(MAX_MATCH, len(tail))
+        toks, size = self.tokens, len(self.tokens)
         for n in range(min(self.max_n, len(tail)), max(self.min_n, shortest) - 1, -1):
             found = self.ends(tail, n)
             best, best_len, first_next, ambiguous = -1, 0, None, False
             for pos in reversed(found[-CANDIDATES:]):
                 if pos >= size or toks[pos] == SEPARATOR:
                     continue
-                length = 0
-                while length < limit and length < pos and toks[pos - 1 - length] == tail[-1 - length]:
-                    length += 1
+                length = _matched_back(toks, pos, tail)
                 if length < n:
                     continue  # a hash collision
                 if first_next is None:
@@ -325,9 +332,7 @@ class PromptLookupDrafter(DrafterBase):
                        bisect.bisect_right(found, min(position + RESUME_AHEAD, left_at - 1))]
         for end in window:
             if src[end - n:end] == tail:
-                length = n
-                while length < MAX_MATCH and length < end and src[end - 1 - length] == ctx[-1 - length]:
-                    length += 1
+                length = _matched_back(src, end, ctx, n)  # (at most the context: it may be short)
                 if length < RESUME_RUN:
                     continue
                 self._learn_edit(where, end, length)
