@@ -139,14 +139,19 @@ class DraftPrice:
         self.start = self._shape[0] if self._shape else 0.0
         self.per_token: float | None = self._shape[1] if self._shape else None
 
-    def record(self, drafted: int, seconds: float) -> None:
-        """A proposal of ``drafted`` tokens took ``seconds`` to draft."""
+    def record(self, drafted: int, seconds: float, cold: bool = False) -> None:
+        """A proposal of ``drafted`` tokens took ``seconds`` to draft. ``cold``: the first of a generation,
+        its caches cold from the prefills: it may say the draft is cheaper than the profile, never dearer
+        (a 1-token draft then costs 2-3x its later price, and alone in the window that priced drafting
+        out of every later round of the run, looks too: tiny-wide drafting stopped in 3 of 5 fresh runs)."""
         if self._shape is None:
-            self._window.append(seconds / drafted)
-            self.per_token = statistics.median(self._window)
+            if not cold:
+                self._window.append(seconds / drafted)
+                self.per_token = statistics.median(self._window)
             return
         start, per_token = self._shape
-        self._window.append(seconds / (start + drafted * per_token))
+        ratio = seconds / (start + drafted * per_token)
+        self._window.append(min(ratio, 1.0) if cold else ratio)
         scale = statistics.median(self._window)
         self.start, self.per_token = scale * start, scale * per_token
 

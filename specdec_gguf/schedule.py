@@ -251,6 +251,7 @@ class AdaptiveSchedule:
         self._probing = False  # this round drafts only to look (a costly drafter that doesn't pay)
         self._unaffordable_until = 0.0  # rounds since the last draft before which no look is affordable
         self._look_again = False  # the last look's first token was right
+        self._first_proposal = True  # no proposal yet in this generation (see observe)
         self.guard = GainGuard(window=c.guard_window, min_rounds=c.guard_min_rounds, tolerance=c.guard_tolerance,
                                slack=c.guard_slack, first_pause=c.probe_interval, max_pause=c.guard_max_pause,
                                quiet_rounds=c.guard_quiet_rounds if free_drafter else c.guard_window)
@@ -262,6 +263,7 @@ class AdaptiveSchedule:
         # this context (a long prompt makes long passes dearer per token on small models).
         self._verify.at_context(context)
         self._cost_table()  # (refitted now, with the prompt's prefill, rather than in the first round)
+        self._first_proposal = True
         if self.free_drafter:
             self.min_confidence()  # (what prompt lookup's first search asks)
 
@@ -529,7 +531,8 @@ class AdaptiveSchedule:
         self._start_value = self._potential_cache = None  # drafted: price and first tokens moved
         self._unaffordable_until = 0.0
         if not self.free_drafter and draft_seconds > 0:
-            self.draft_price.record(drafted, draft_seconds)
+            self.draft_price.record(drafted, draft_seconds, cold=self._first_proposal)
+        self._first_proposal = False
         buckets = proposal.buckets if proposal.buckets is not None and not self._slot_buckets[greedy] \
             else range(drafted)
         if not self.free_drafter:  # only a costly drafter's start decision reads these counts

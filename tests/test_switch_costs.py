@@ -131,6 +131,26 @@ def test_a_draft_proposal_costs_a_start_and_a_price_per_token():
     assert (schedule.draft_price.start, schedule.draft_price.per_token) == pytest.approx((0.5 * MS, 0.2 * MS))
 
 
+def test_a_generations_first_proposal_may_lower_the_draft_price_but_not_raise_it():
+    """The first proposal of each generation runs with cold caches (3x its price here): it can't raise
+    the price, so it can't price drafting out of the run; later ones as slow do. A first one faster than
+    the profile says still lowers it."""
+    target = CostProfile({1: 4 * MS, 2: 6 * MS, 3: 7 * MS, 5: 8 * MS, 9: 10 * MS})
+    draft = CostProfile({1: 0.1 * MS, 2: 0.3 * MS}, switch_seconds=0.05 * MS)  # F = 0.25, d = 0.1
+    schedule = AdaptiveSchedule(8, target_costs=target, draft_costs=draft, priors={True: [0.9], False: [0.9]})
+    one = DraftProposal(tokens=(1,), buckets=(0,))  # priced F + d = 0.35 ms by the profile
+    schedule.start(100)
+    schedule.observe(one, 1, 1, 2, True, 3 * 0.35 * MS, 4 * MS)
+    assert schedule.draft_price.per_token == pytest.approx(0.1 * MS)
+    for _ in range(2):  # later proposals as slow count
+        schedule.observe(one, 1, 1, 2, True, 3 * 0.35 * MS, 4 * MS)
+    assert schedule.draft_price.per_token == pytest.approx(0.3 * MS)
+    fresh = AdaptiveSchedule(8, target_costs=target, draft_costs=draft, priors={True: [0.9], False: [0.9]})
+    fresh.start(100)
+    fresh.observe(one, 1, 1, 2, True, 0.5 * 0.35 * MS, 4 * MS)
+    assert fresh.draft_price.per_token == pytest.approx(0.05 * MS)
+
+
 def test_a_costly_drafter_does_not_look_again_when_the_generation_is_nearly_done():
     """A draft that doesn't pay is probed now and then, but a probe's price (catching up on every token
     since the last) can only pay back over the rounds after it: none with 4 or 12 tokens left (a look
