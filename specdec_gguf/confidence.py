@@ -88,9 +88,11 @@ class AcceptanceModel:
         # Until the first refit: how much better the remembered calibration predicted the outcomes so
         # far than the priors as given (log-likelihood ratio; None: nothing remembered).
         self._evidence: float | None = None if calibration is None else 0.0
-        a, s, d1, d2 = self._centre
-        self._centre_pooled = np.clip(1.0 / (1.0 + np.exp(-(a + s * self._logit + d1 * self._later + d2 * self._deep))),
-                                      1e-6, 1.0 - 1e-6).tolist()
+        self._centre_pooled: list[float] = []  # what the remembered calibration says of each slot
+        if calibration is not None:
+            a, s, d1, d2 = self._centre
+            pooled = 1.0 / (1.0 + np.exp(-(a + s * self._logit + d1 * self._later + d2 * self._deep)))
+            self._centre_pooled = np.clip(pooled, 1e-6, 1.0 - 1e-6).tolist()
 
     @property
     def centre(self) -> tuple[float, float, float, float]:
