@@ -90,9 +90,7 @@ class AcceptanceModel:
         self._evidence: float | None = None if calibration is None else 0.0
         self._centre_pooled: list[float] = []  # what the remembered calibration says of each slot
         if calibration is not None:
-            a, s, d1, d2 = self._centre
-            pooled = 1.0 / (1.0 + np.exp(-(a + s * self._logit + d1 * self._later + d2 * self._deep)))
-            self._centre_pooled = np.clip(pooled, 1e-6, 1.0 - 1e-6).tolist()
+            self._centre_pooled = np.clip(self._slot_means(self._centre), 1e-6, 1.0 - 1e-6).tolist()
 
     @property
     def centre(self) -> tuple[float, float, float, float]:
@@ -169,5 +167,10 @@ class AcceptanceModel:
         """Make ``calibration`` the pooled estimate and recompute every slot's posterior mean."""
         a, s, d1, d2 = calibration
         self.calibration = (float(a), float(s), float(d1), float(d2))
-        self._pooled = 1.0 / (1.0 + np.exp(-(a + s * self._logit + d1 * self._later + d2 * self._deep)))
+        self._pooled = self._slot_means(calibration)
         self._mean = ((self._hits + self.strength * self._pooled) / (self._total + self.strength)).tolist()
+
+    def _slot_means(self, calibration: Sequence[float]) -> np.ndarray:
+        """Every slot's acceptance as ``calibration`` says (the pooled estimate, before its counts)."""
+        a, s, d1, d2 = calibration
+        return 1.0 / (1.0 + np.exp(-(a + s * self._logit + d1 * self._later + d2 * self._deep)))
