@@ -123,6 +123,11 @@ class CostProfile:
         g_hi = max(self.long_seconds[hi] - self.seconds[hi], 0.0) / span
         return max(g_lo + (g_hi - g_lo) * (n - lo) / (hi - lo), 0.0)
 
+    def vouches_at(self, tokens: int) -> bool:
+        """Whether the curve was measured at a context of ``tokens`` or longer, or found not to depend
+        on the context (no long-context timing: weights, not attention, decide the costs)."""
+        return not self.long_seconds or tokens <= self.long_context
+
     def at_context(self, tokens: int) -> CostProfile:
         """The curve for passes after ``tokens`` tokens of context (itself where nothing depends on it).
 

@@ -241,6 +241,7 @@ class AdaptiveSchedule:
         # measured (at a short context), so a run with one may start at the largest of them.
         profiled = max(target_costs.seconds) - 1 if target_costs is not None and c.trust_profile_sizes else 0
         self._verify_cap = max(c.first_verify_cap, profiled)
+        self._unvouched = False  # the profile doesn't vouch for this generation's context (see start)
         self._start_value: float | None = None  # cached _first_token_value()
         self._potential_cache: float | None = None
         self._first_scale = 1.0  # the first-bucket counts are stored divided by this (lazy decay)
@@ -263,6 +264,12 @@ class AdaptiveSchedule:
         # this context (a long prompt makes long passes dearer per token on small models).
         self._verify.at_context(context)
         self._cost_table()  # (refitted now, with the prompt's prefill, rather than in the first round)
+        # Past the longest context the profile was measured at, its curve is a guess (a tiny F32 model
+        # after 380 tokens: T(5) twice what it says, and a first 4-token bet cost 4 plain steps, 6% of a
+        # 64-token answer): the first verify pass holds at most first_verify_cap tokens, and timing it
+        # rescales the curve (costfit refits at once when a pass is far off).
+        profile = self._verify.profile
+        self._unvouched = profile is not None and not profile.vouches_at(context)
         self._first_proposal = True
         if self.free_drafter:
             self.min_confidence()  # (what prompt lookup's first search asks)
@@ -452,7 +459,7 @@ class AdaptiveSchedule:
         buckets = proposal.buckets if proposal.buckets is not None and not self._slot_buckets[greedy] \
             else range(len(tokens))
         lam = self.rate()
-        cap = self._verify_cap
+        cap = min(self._verify_cap, self.c.first_verify_cap) if self._unvouched else self._verify_cap
         # Past the cap only after a streak (see below): otherwise the best within it is the answer.
         exploring = self._full_streak >= self.c.explore_streak
         longest = min(len(tokens), len(costs) - 1) if exploring else min(len(tokens), len(costs) - 1, cap)
@@ -512,6 +519,7 @@ class AdaptiveSchedule:
         self._verify.record(verified + 1, verify_seconds, seconds)
         if verified:
             self._verify_cap = max(self._verify_cap, 2 * verified)
+            self._unvouched = False
             self._full_streak = self._full_streak + 1 if accepted == verified else 0
         self._greedy = greedy
         weight = self.c.rate_smoothing

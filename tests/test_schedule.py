@@ -74,6 +74,33 @@ def test_cheap_verification_verifies_long_confident_runs():
     assert chosen == [8, 16, 16, 16, 16]
 
 
+def test_a_profile_vouches_only_for_the_contexts_it_measured():
+    """A profile timed after 16 and 128 tokens of context starts a generation after 100 tokens at its
+    largest measured pass (8 drafted tokens), but one after 400 tokens at 2: how passes cost there is
+    a guess until one is timed (a tiny F32 model: T(5) twice the guess, a first 4-token bet lost 4
+    plain steps); then the cap is the ramp's again. Fails if the profile vouched for every context."""
+    gpu = curve_profile("gpu-like")
+    sizes = (1, 2, 3, 5, 9)
+    costs = CostProfile({n: gpu.cost(n) for n in sizes}, long_context=128,
+                        long_seconds={1: 1.2 * gpu.cost(1), 9: 1.5 * gpu.cost(9)})
+    assert costs.vouches_at(128) and not costs.vouches_at(129)
+    assert CostProfile({n: gpu.cost(n) for n in sizes}).vouches_at(10_000)  # costs that don't grow with the context
+    proposal = DraftProposal(tokens=(1,) * 16, buckets=(0,) * 16)
+
+    def first_two(context):
+        schedule = AdaptiveSchedule(16, target_costs=costs, free_drafter=True, priors={True: [0.95], False: [0.95]})
+        schedule.start(context)
+        chosen = []
+        for _ in range(2):
+            k = schedule.choose(proposal, True)
+            chosen.append(k)
+            schedule.observe(proposal, k, k, k + 1, True, 0.0, costs.at_context(context).cost(k + 1))
+        return chosen
+
+    assert first_two(100) == [8, 16]
+    assert first_two(400) == [2, 8]
+
+
 def test_a_cost_bump_does_not_trap_the_ramp_at_short_passes():
     """Measured on an AMD EPYC: a 5-token pass costs 3.4x a one-token pass, a 3-token one 1.9x, a
     17-token one 6.9x. Within the first cap (4) verifying 2 is best, and doubling only what was
