@@ -38,7 +38,7 @@ def batch(
     config: Annotated[Path, typer.Argument(help="Batch config (TOML).")],
     resume: Annotated[bool, typer.Option("--resume", help="Skip (run, prompt) pairs already in the results file.")] = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Results JSONL (overrides the config's output).")] = None,
-    exact: Annotated[bool, typer.Option("--exact", help="Target in exact mode (overrides the config's [target] exact): fail unless bit-invariant.")] = False,
+    exact: Annotated[bool, typer.Option("--exact", help="Target in exact mode (overrides the config's \\[target] exact): fail unless bit-invariant.")] = False,
     exact_warn: Annotated[bool, typer.Option("--exact-warn", help="Target in exact mode, only warn when it is not bit-invariant.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose")] = False,
 ) -> None:

@@ -1,4 +1,5 @@
-"""The model, drafter, sampling and placement flags `run` and `serve` share, and how they become settings.
+"""The model, drafter, sampling and placement flags `run` and `serve` share, and how they become settings
+(``with_model_settings`` gives a command those flags and hands it the settings).
 
 Flags win over a ``--config`` file's tables, which win over the defaults in
 ``specdec_gguf.settings``; validation happens there, once.
@@ -7,10 +8,12 @@ Flags win over a ``--config`` file's tables, which win over the defaults in
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Iterator, Optional
+from typing import Annotated, Any, Callable, Iterator, Optional
 
 import typer
 
@@ -29,7 +32,7 @@ ModelOpt = Annotated[Optional[Path], typer.Option("-m", "--model", help="Target 
 DraftModelOpt = Annotated[Optional[Path], typer.Option("-md", "--draft-model", "--model-draft", help="Draft GGUF model.", rich_help_panel=MODEL)]
 CtxSizeOpt = Annotated[Optional[int], typer.Option("-c", "--ctx-size", help="Context size (both models unless -cd).", rich_help_panel=MODEL)]
 CtxSizeDraftOpt = Annotated[Optional[int], typer.Option("-cd", "--ctx-size-draft", help="Context size of the draft model.", rich_help_panel=MODEL)]
-ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="TOML config with [target], [draft], [drafter], [sampling].", rich_help_panel=MODEL)]
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="TOML config with \\[target], \\[draft], \\[drafter], \\[sampling] tables.", rich_help_panel=MODEL)]
 PromptLookupOpt = Annotated[bool, typer.Option("--prompt-lookup", help="Draft by n-gram lookup (no draft model).", rich_help_panel=DRAFTER)]
 NumDraftOpt = Annotated[Optional[int], typer.Option("-k", "--num-draft-tokens", "--draft-max", help="Tokens drafted per round; the most, when adaptive (default: 4 fixed; 8 adaptive draft model, 64 adaptive lookup).", rich_help_panel=DRAFTER)]
 DraftMinOpt = Annotated[Optional[int], typer.Option("--draft-min", help="Don't verify proposals shorter than this (a plain step instead).", rich_help_panel=DRAFTER)]
@@ -87,18 +90,19 @@ class ModelSettings:
     stop: tuple[str, ...] = ()  # the config's stop strings (run's --stop replaces them)
 
 
-def resolve_settings(*, config: Path | None = None, model: Path | None = None, draft_model: Path | None = None,
-                     ctx_size: int | None = None, ctx_size_draft: int | None = None, prompt_lookup: bool = False,
-                     num_draft_tokens: int | None = None, draft_min: int | None = None,
-                     adaptive: bool | None = None, draft_p_min: float | None = None, ngram_max: int | None = None,
-                     ngram_min: int | None = None, max_tokens: int | None = None, temp: float | None = None,
-                     top_k: int | None = None, top_p: float | None = None, min_p: float | None = None,
-                     seed: int | None = None, threads: int | None = None, threads_draft: int | None = None,
-                     n_gpu_layers: int | None = None, draft_n_gpu_layers: int | None = None,
-                     device: str | None = None, device_draft: str | None = None, target_python: str | None = None,
-                     draft_python: str | None = None, rpc: str | None = None, exact: bool = False,
-                     exact_warn: bool = False) -> ModelSettings:
-    """The shared flags (and ``--config``) as validated settings."""
+def resolve_settings(*, model: ModelOpt = None, draft_model: DraftModelOpt = None, ctx_size: CtxSizeOpt = None,
+                     ctx_size_draft: CtxSizeDraftOpt = None, config: ConfigOpt = None,
+                     prompt_lookup: PromptLookupOpt = False, num_draft_tokens: NumDraftOpt = None,
+                     draft_min: DraftMinOpt = None, adaptive: AdaptiveOpt = None, draft_p_min: DraftPMinOpt = None,
+                     ngram_max: NgramMaxOpt = None, ngram_min: NgramMinOpt = None, max_tokens: MaxTokensOpt = None,
+                     temp: TempOpt = None, top_k: TopKOpt = None, top_p: TopPOpt = None, min_p: MinPOpt = None,
+                     seed: SeedOpt = None, threads: ThreadsOpt = None, threads_draft: ThreadsDraftOpt = None,
+                     n_gpu_layers: NGpuLayersOpt = None, draft_n_gpu_layers: DraftNGpuLayersOpt = None,
+                     device: DeviceOpt = None, device_draft: DeviceDraftOpt = None,
+                     target_python: TargetPythonOpt = None, draft_python: DraftPythonOpt = None, rpc: RpcOpt = None,
+                     exact: ExactOpt = False, exact_warn: ExactWarnOpt = False) -> ModelSettings:
+    """The shared flags (and ``--config``) as validated settings. Its parameters are the flags `run` and
+    `serve` take (``with_model_settings``), in the order their help lists them."""
     cfg = load_batch_config(config, require_prompts=False) if config else None
     cfg_target = cfg.target if cfg else None
     cfg_draft = cfg.draft if cfg else None
@@ -135,6 +139,24 @@ def resolve_settings(*, config: Path | None = None, model: Path | None = None, d
         raise ConfigError(f"--max-tokens {n} must be >= 1")
     return ModelSettings(target=target, draft=draft, drafter=drafter, sampling=sampling, max_tokens=n,
                          stop=cfg_run.stop if cfg_run else ())
+
+
+def with_model_settings(command: Callable[..., None]) -> Callable[..., None]:
+    """A typer command ``command(settings, **own)`` that takes the shared flags (``resolve_settings``'
+    parameters, listed first) beside its own, and is called with them resolved as ``settings``."""
+    shared = inspect.signature(resolve_settings, eval_str=True).parameters
+    own = [p for name, p in inspect.signature(command, eval_str=True).parameters.items() if name != "settings"]
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in (*shared.values(), *own)]
+
+    @functools.wraps(command)
+    def wrapper(**flags: Any) -> None:
+        settings = resolve_settings(**{name: flags.pop(name) for name in shared})
+        command(settings=settings, **flags)
+
+    # What typer reads: the signature, and the annotations (evaluated: the modules postpone them).
+    wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    return wrapper
 
 
 @contextmanager

@@ -18,12 +18,8 @@ from specdec_gguf.stopping import check_stop_strings
 from specdec_gguf.textfiles import check_unicode, decode_utf8, read_text
 
 from .common import err_console, exactness_json, handle_errors, stdout_is_tty
-from .options import (CHAT, OUTPUT, AdaptiveOpt, ChatTemplateOpt, ConfigOpt, CtxSizeDraftOpt, CtxSizeOpt,
-                      DeviceDraftOpt, DeviceOpt, DraftMinOpt, DraftModelOpt, DraftNGpuLayersOpt, DraftPMinOpt,
-                      DraftPythonOpt, ExactOpt, ExactWarnOpt, loaded_models, MaxTokensOpt, MinPOpt, ModelOpt,
-                      ModelSettings, NGpuLayersOpt, NgramMaxOpt, NgramMinOpt, NumDraftOpt, ProfileCacheOpt,
-                      PromptLookupOpt, resolve_settings, RpcOpt, SeedOpt, TargetPythonOpt, TempOpt, ThreadsDraftOpt,
-                      ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt)
+from .options import (CHAT, OUTPUT, ChatTemplateOpt, loaded_models, ModelSettings,
+                      ProfileCacheOpt, VerboseOpt, with_model_settings)
 from .live import LiveState, state_json, summary_lines
 from .stream import Interrupted, generate_into
 
@@ -41,36 +37,9 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
 
 
 @handle_errors
+@with_model_settings
 def run(
-    model: ModelOpt = None,
-    draft_model: DraftModelOpt = None,
-    ctx_size: CtxSizeOpt = None,
-    ctx_size_draft: CtxSizeDraftOpt = None,
-    config: ConfigOpt = None,
-    prompt_lookup: PromptLookupOpt = False,
-    num_draft_tokens: NumDraftOpt = None,
-    draft_min: DraftMinOpt = None,
-    adaptive: AdaptiveOpt = None,
-    draft_p_min: DraftPMinOpt = None,
-    ngram_max: NgramMaxOpt = None,
-    ngram_min: NgramMinOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    temp: TempOpt = None,
-    top_k: TopKOpt = None,
-    top_p: TopPOpt = None,
-    min_p: MinPOpt = None,
-    seed: SeedOpt = None,
-    threads: ThreadsOpt = None,
-    threads_draft: ThreadsDraftOpt = None,
-    n_gpu_layers: NGpuLayersOpt = None,
-    draft_n_gpu_layers: DraftNGpuLayersOpt = None,
-    device: DeviceOpt = None,
-    device_draft: DeviceDraftOpt = None,
-    target_python: TargetPythonOpt = None,
-    draft_python: DraftPythonOpt = None,
-    rpc: RpcOpt = None,
-    exact: ExactOpt = False,
-    exact_warn: ExactWarnOpt = False,
+    settings: ModelSettings,
     prompt: Annotated[Optional[str], typer.Option("-p", "--prompt", help="Prompt text; '-' reads stdin.", rich_help_panel=OUTPUT)] = None,
     prompt_file: Annotated[Optional[Path], typer.Option("-f", "--prompt-file", "--file", help="Read the prompt from a file.", rich_help_panel=OUTPUT)] = None,
     chat: Annotated[bool, typer.Option("--chat", help="Send the prompt as a user turn through the chat template.", rich_help_panel=CHAT)] = False,
@@ -83,13 +52,6 @@ def run(
     verbose: VerboseOpt = False,
 ) -> None:
     """Generate from a prompt with speculative decoding (plain decoding without a drafter)."""
-    settings = resolve_settings(
-        config=config, model=model, draft_model=draft_model, ctx_size=ctx_size, ctx_size_draft=ctx_size_draft,
-        prompt_lookup=prompt_lookup, num_draft_tokens=num_draft_tokens, draft_min=draft_min, adaptive=adaptive,
-        draft_p_min=draft_p_min, ngram_max=ngram_max, ngram_min=ngram_min, max_tokens=max_tokens, temp=temp,
-        top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, threads=threads, threads_draft=threads_draft,
-        n_gpu_layers=n_gpu_layers, draft_n_gpu_layers=draft_n_gpu_layers, device=device, device_draft=device_draft,
-        target_python=target_python, draft_python=draft_python, rpc=rpc, exact=exact, exact_warn=exact_warn)
     n = settings.max_tokens if settings.max_tokens is not None else 256
     text = read_prompt(prompt, prompt_file)
     chat = chat or system is not None or chat_template is not None

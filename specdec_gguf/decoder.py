@@ -259,8 +259,10 @@ class SpeculativeDecoder:
         """Pass what the schedule's calibration learned since the last time on to the next runs."""
         if not isinstance(self.schedule, AdaptiveSchedule):
             return  # (a key is set only with the adaptive schedule this decoder built)
-        floor = {greedy: kept + _calibrations.MIN_OBSERVATIONS for greedy, kept in self._remembered.items()}
-        keep = _calibrations.worth_keeping(self.schedule.learned(floor), self._remembered)
+        # Only what rests on enough outcomes since the last pass-on (calibrations.worth_keeping's rule):
+        # the schedule leaves the rest unrefitted.
+        keep = self.schedule.learned({greedy: kept + _calibrations.MIN_OBSERVATIONS
+                                      for greedy, kept in self._remembered.items()})
         for greedy, (_, outcomes) in keep.items():
             self._remembered[greedy] = outcomes
         _calibrations.remember(self._calibration_key, {greedy: cal for greedy, (cal, _) in keep.items()})
