@@ -23,7 +23,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec_gguf.benchmark import Strategy, geomean, run_peer_trials, run_trials, summarize  # noqa: E402
-from specdec_gguf.engines.llama_cpp.backends import extra_buffers_allowed  # noqa: E402
 from specdec_gguf.errors import EngineError  # noqa: E402
 from specdec_gguf.peers import NGRAM_MODES, LlamaCppPeer  # noqa: E402
 from specdec_gguf.factory import open_engine  # noqa: E402
@@ -97,7 +96,6 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated case names")
     parser.add_argument("--out", type=Path, default=Path("matrix.json"))
     args = parser.parse_args()
-    repack = extra_buffers_allowed()  # llama.cpp's peers get the weight layout our engines get
     threads = [int(t) for t in args.threads.split(",")]
     lengths = [int(x) for x in args.n.split(",")]
     only = set(args.only.split(",")) if args.only else None
@@ -113,7 +111,7 @@ def main() -> None:
                     peers = []
                     if args.peer_bin:
                         peers = [LlamaCppPeer(args.peer_bin, family.target, "draft-simple", draft=family.draft,
-                                              threads=t, draft_max=8, repack=repack)]
+                                              threads=t, draft_max=8)]
                     rows.append(run_case(name, family.target, family.draft, "draft-model", "default", n, t,
                                          args.repeats, peers))
                     rows.append(run_case(name, family.target, None, "prompt-lookup", "default", n, t,
@@ -124,7 +122,7 @@ def main() -> None:
                                       ("default", lengths[-1])]:
                     peers = []
                     if args.peer_bin and prompt_set != "short":
-                        peers = [LlamaCppPeer(args.peer_bin, args.gemma, mode, threads=t, repack=repack)
+                        peers = [LlamaCppPeer(args.peer_bin, args.gemma, mode, threads=t)
                                  for mode in NGRAM_MODES]
                     rows.append(run_case("gemma", args.gemma, None, "prompt-lookup", prompt_set, n, t,
                                          args.repeats, peers))

@@ -136,16 +136,14 @@ def bench(
             raise ConfigError(f"--only {only!r} matches no prompt id")
     llama_peers = []
     if "llama.cpp" in peers:
-        from specdec_gguf.engines.llama_cpp.backends import extra_buffers_allowed
         from specdec_gguf.peers import NGRAM_MODES, LlamaCppPeer, find_llama_speculative
 
-        binary, repack = find_llama_speculative(peer_bin), extra_buffers_allowed()
+        binary = find_llama_speculative(peer_bin)
         if prompt_lookup:
-            llama_peers += [LlamaCppPeer(binary, model, mode, threads=threads, n_ctx=ctx_size, repack=repack)
-                            for mode in NGRAM_MODES]
+            llama_peers += [LlamaCppPeer(binary, model, mode, threads=threads, n_ctx=ctx_size) for mode in NGRAM_MODES]
         if draft_model:
             llama_peers.append(LlamaCppPeer(binary, model, "draft-simple", draft=draft_model, threads=threads,
-                                            draft_max=adaptive_k or 8, n_ctx=ctx_size, repack=repack))
+                                            draft_max=adaptive_k or 8, n_ctx=ctx_size))
     target = open_engine(EngineSettings(model=model, n_ctx=ctx_size, n_threads=threads, n_gpu_layers=n_gpu_layers,
                                         exact=exact_flag(exact, exact_warn) or False, python=target_python),
                          verbose=verbose)

@@ -54,9 +54,10 @@ class LlamaCppPeer:
     threads: int | None = None
     draft_max: int = 16
     n_ctx: int = 2048
-    # False: weights stay in llama.cpp's plain layout (``--no-repack``), as our engine keeps them
-    # where the build's AMX kernels may crash (engines/llama_cpp/backends.extra_buffers_allowed).
-    repack: bool = True
+    # Whether llama.cpp may repack the weights (False: ``--no-repack``). None: as our engines do here
+    # (engines/llama_cpp/backends.extra_buffers_allowed: not where the build's AMX kernels may crash),
+    # so both sides run the same kernels.
+    repack: bool | None = None
 
     @property
     def name(self) -> str:
@@ -67,7 +68,12 @@ class LlamaCppPeer:
                "--temp", "0", "--top-k", "1", "--spec-type", self.spec_type, "--ignore-eos"]
         if self.draft is not None:  # n-gram modes keep llama.cpp's own tuned sizes
             cmd += ["-md", str(self.draft), "--spec-draft-n-max", str(self.draft_max)]
-        if not self.repack:
+        repack = self.repack
+        if repack is None:
+            from .engines.llama_cpp.backends import extra_buffers_allowed  # (llama_cpp loads for a peer only)
+
+            repack = extra_buffers_allowed()
+        if not repack:
             cmd.append("--no-repack")
         if self.threads:
             cmd += ["-t", str(self.threads), "-tb", str(self.threads)]

@@ -280,8 +280,10 @@ def test_extra_weight_buffers_stay_off_in_a_build_with_amx_kernels(monkeypatch, 
         monkeypatch.setenv(backends.AMX_OPT_IN, opt_in)
     assert backends.has_amx_kernels() is amx
     assert backends.extra_buffers_allowed() is allowed
-    peer = LlamaCppPeer(tiny_family.target, tiny_family.target, "ngram-simple", repack=backends.extra_buffers_allowed())
+    peer = LlamaCppPeer(tiny_family.target, tiny_family.target, "ngram-simple")  # the layout our engines get
     assert ("--no-repack" in peer.command("x", 4)) is not allowed
+    assert "--no-repack" not in LlamaCppPeer(tiny_family.target, tiny_family.target, "ngram-simple",
+                                             repack=True).command("x", 4)
     # (An F32 model: AMX buffers never hold its weights, so loading it here is safe either way.)
     with LlamaCppEngine(tiny_family.target, n_ctx=64) as engine:
         assert engine.extra_buffers is allowed
