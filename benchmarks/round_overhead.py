@@ -1,0 +1,87 @@
+"""Where a free drafter's time goes per round on a model whose rounds take 100-250 us (the tiny F32 pair).
+
+Usage:
+  python benchmarks/round_overhead.py [--threads 1] [-n 64] [--repeats 30]
+
+Arms, interleaved, a fresh decoder per trial (as `specdec run`), on the open-ended prompts of the
+default set (nothing there to copy, so every round is a plain step whatever the drafter does):
+- plain: no drafter;
+- adaptive: adaptive prompt lookup as shipped;
+- no-search: the same, but every search finds nothing (the schedule's and the drafter's work per
+  round without the search itself);
+- deferred: every round is claimed as a pause (``plain_rounds``) and told in one batch at the end;
+- deferred-1: every round is a one-round pause, told at the start of the next.
+Prints, per arm and prompt, the time over plain per round. Run it on an otherwise idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from specdec_gguf.decoder import SpeculativeDecoder  # noqa: E402
+from specdec_gguf.drafters import PromptLookupDrafter  # noqa: E402
+from specdec_gguf.engines.llama_cpp import LlamaCppEngine  # noqa: E402
+from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
+from specdec_gguf.proposal import NO_PROPOSAL, DraftProposal  # noqa: E402
+from specdec_gguf.tiny import write_tiny_family  # noqa: E402
+
+ARMS = ("plain", "adaptive", "no-search", "deferred", "deferred-1")
+
+
+class _FindsNothing(PromptLookupDrafter):
+    """Prompt lookup whose searches all come back empty."""
+
+    def propose(self, *args: object, **kwargs: object) -> DraftProposal:
+        return NO_PROPOSAL
+
+
+def _decoder(target: LlamaCppEngine, arm: str) -> SpeculativeDecoder:
+    if arm == "plain":
+        return SpeculativeDecoder(target)
+    decoder = SpeculativeDecoder(target, _FindsNothing() if arm == "no-search" else PromptLookupDrafter())
+    if arm.startswith("deferred"):
+        claimed = 1 if arm == "deferred-1" else 1 << 30
+        decoder.schedule.plain_rounds = lambda: claimed  # type: ignore[method-assign]
+    return decoder
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("-n", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=30)
+    args = parser.parse_args()
+    prompts = [(pid, text) for pid, kind, text in PROMPT_SETS["default"] if pid in ("story", "explain")]
+    with tempfile.TemporaryDirectory(prefix="specdec-overhead-") as tmp:
+        os.environ["SPECDEC_CACHE_DIR"] = tmp  # profiles and calibrations of throw-away models: not the user's cache
+        family = write_tiny_family(tmp)
+        with LlamaCppEngine(family.target, n_ctx=2048, n_threads=args.threads) as target:
+            tokenized = [(pid, target.tokenize(text)) for pid, text in prompts]
+            for arm in ARMS:  # warm up (and cache the cost profile)
+                _decoder(target, arm).generate(tokenized[0][1], 16, ignore_eog=True)
+            seconds: dict[tuple[str, str], list[float]] = defaultdict(list)
+            for rep in range(args.repeats):
+                for pid, tokens in tokenized:
+                    for arm in ARMS if rep % 2 == 0 else ARMS[::-1]:
+                        result = _decoder(target, arm).generate(tokens, args.n, ignore_eog=True)
+                        seconds[arm, pid].append(result.stats.generation_seconds)
+    plain = {pid: statistics.median(seconds["plain", pid]) for pid, _ in prompts}
+    print(f"plain: {', '.join(f'{pid} {plain[pid] / args.n * 1e6:.1f} us/round' for pid, _ in prompts)}")
+    for arm in ARMS[1:]:
+        cells = []
+        for pid, _ in prompts:
+            t = statistics.median(seconds[arm, pid])
+            cells.append(f"{pid} {plain[pid] / t:.3f}x plain ({(t - plain[pid]) / args.n * 1e6:+.1f} us/round)")
+        print(f"{arm:11s} " + "  ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
