@@ -122,23 +122,26 @@ class AcceptanceModel:
             self._mean[b] = (hits[b] + self.strength * self._pooled[b]) / (total[b] + self.strength)
         self._counted()
 
-    def update_calibration(self, bucket: int, accepted: bool) -> None:
+    def update_calibration(self, bucket: int, accepted: bool | float) -> None:
         """An outcome seen without verifying (a declined greedy proposal's first token against the
-        token the plain step produced): it moves the pooled calibration, not the bucket's own count."""
+        token the plain step produced, or, sampled, the chance it would have been accepted): it moves
+        the pooled calibration, not the bucket's own count."""
         self._count(self._unverified_hits, self._unverified_total, bucket, accepted)
         self._counted()
 
-    def _count(self, hits: np.ndarray, total: np.ndarray, bucket: int, hit: bool) -> None:
+    def _count(self, hits: np.ndarray, total: np.ndarray, bucket: int, hit: bool | float) -> None:
         if total[bucket] >= self.recency:  # forget a little: keep following recent outcomes
             scale = (self.recency - 1.0) / total[bucket]
             hits[bucket] *= scale
             total[bucket] *= scale
-        hits[bucket] += 1.0 if hit else 0.0
+        hit = float(hit)  # (a chance of acceptance counts as that share of a hit)
+        hits[bucket] += hit
         total[bucket] += 1.0
         self.outcomes += 1
         if self._evidence is not None:
             remembered, given = self._centre_pooled[bucket], self._pooled[bucket]
-            self._evidence += math.log(remembered / given if hit else (1.0 - remembered) / (1.0 - given))
+            self._evidence += hit * math.log(remembered / given) + (1.0 - hit) * math.log(
+                (1.0 - remembered) / (1.0 - given))
 
     def _counted(self) -> None:
         self._since_fit += 1

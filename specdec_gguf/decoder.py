@@ -185,8 +185,18 @@ class SpeculativeDecoder:
                         proposal = NO_PROPOSAL  # too short to pay for a verify pass (llama.cpp's --draft-min)
                 t_verify = clock()
                 out = target.forward_proposal(context[-1], proposal, greedy=greedy)
+                # A declined proposal still shows whether its first token was right: the plain step just
+                # produced the target's own token there (greedy), or the chance it would have been
+                # accepted (sampled).
+                first_matched: bool | float | None = None
                 if greedy:
                     n_acc, token = _sampling.greedy_accept(proposal.tokens, out)
+                    if drafted.tokens and not proposal.tokens:
+                        first_matched = drafted.tokens[0] == token
+                elif drafted.tokens and not proposal.tokens:
+                    q = drafted.draft_probs[0] if drafted.draft_probs is not None else None
+                    token, first_matched = _sampling.sample_declined(drafted.tokens[0], q, out[0], params, rng)
+                    n_acc = 0
                 else:
                     n_acc, token = _sampling.rejection_sample(
                         proposal.tokens, proposal.draft_probs, out, params, rng)
@@ -208,13 +218,9 @@ class SpeculativeDecoder:
                 t_end = clock()
                 stats.record_round(len(proposal.tokens), n_acc, len(new))
                 stats.verify_seconds += t_end - t_verify
-                # A declined greedy proposal still shows whether its first token was right: the plain
-                # step just produced the target's own token there.
                 if deferred:
                     untold.append((new, t_verify - t_round, t_end - t_verify))
                 else:
-                    first_matched = drafted.tokens[0] == token if greedy and drafted.tokens and not proposal.tokens \
-                        else None
                     schedule.observe(drafted, len(proposal.tokens), n_acc, len(new), greedy,
                                      t_verify - t_round, t_end - t_verify, first_matched=first_matched)
                 if stop_reason is None:

@@ -196,6 +196,23 @@ def residual_probs(target_probs: np.ndarray, draft_row: np.ndarray | None, token
     return residual / total
 
 
+def sample_declined(token: int, draft_q: np.ndarray | float | None, target_logits: np.ndarray,
+                    params: SamplingParams, rng: np.random.Generator) -> tuple[int, float]:
+    """A plain step's token, drawn from p as ``rejection_sample`` draws it with nothing proposed, and the
+    chance min(1, p(x)/q(x)) that speculative sampling would have accepted ``token``, a drafted token
+    nobody verified (``draft_q``: its q row ``[V]``, q(x) itself, or None for a deterministic
+    drafter, q(x) = 1). The chance is free evidence of how right the draft is: the schedule learns from
+    it as greedy decoding learns from whether the declined token matched."""
+    target_probs = probs_from_logits(target_logits, params)  # [V]
+    if draft_q is None:
+        q_x = 1.0
+    else:
+        q_x = float(draft_q[token]) if np.ndim(draft_q) == 1 else float(draft_q)  # type: ignore[index,arg-type]
+    p_x = float(target_probs[token])
+    chance = 1.0 if p_x >= q_x else p_x / q_x  # (q_x > 0: the draft proposed x)
+    return sample(target_probs, rng), chance
+
+
 def greedy_accept(draft_tokens: Sequence[int], target_argmax: np.ndarray) -> tuple[int, int]:
     """Accept drafted tokens while they equal the target's argmax.
 

@@ -7,7 +7,7 @@ import pytest
 
 from specdec_gguf import ConfigError, SamplingParams, SpecDecError
 from specdec_gguf.sampling import (greedy_accept, probs_from_logits, rejection_sample, residual_probs,
-                                   sample)
+                                   sample, sample_declined)
 
 LOGITS = np.log(np.array([0.5, 0.2, 0.15, 0.1, 0.05]))
 
@@ -111,6 +111,24 @@ def test_rejection_sample_rejects_token_target_never_makes():
     logits = np.log(np.array([[1.0, 1e-30, 1e-30], [1.0, 1e-30, 1e-30]]))
     rng = np.random.default_rng(0)
     assert rejection_sample([2], None, logits, SamplingParams(temperature=1.0, top_k=1), rng) == (0, 0)
+
+
+@pytest.mark.parametrize("q, chance", [
+    (None, 0.2),  # a deterministic drafter (prompt lookup): q(x) = 1, the chance is p(x)
+    (np.array([0.1, 0.8, 0.05, 0.03, 0.02]), 0.25),  # a draft row: p(x) / q(x)
+    (np.float32(0.1), 1.0),  # q(x) alone, below p(x): always accepted
+])
+def test_a_declined_token_gets_its_acceptance_chance_and_the_step_samples_as_a_plain_one(q, chance):
+    """Sampled, a proposal nobody verified still shows how right its first token was: the chance
+    min(1, p(x)/q(x)) that speculative sampling would have accepted it. The step's token is drawn as
+    a plain step draws it (same generator state, same token), so sampled output is unchanged. Fails
+    if the chance ignored q, or the draw used the generator differently."""
+    params = SamplingParams(temperature=1.0)
+    for seed in range(20):
+        _, plain = rejection_sample([], None, LOGITS[None, :], params, np.random.default_rng(seed))
+        token, got = sample_declined(1, q, LOGITS, params, np.random.default_rng(seed))
+        assert token == plain
+        assert got == pytest.approx(chance, rel=1e-6)
 
 
 def test_rejection_without_full_draft_rows_raises():

@@ -298,6 +298,24 @@ def test_a_draft_whose_buckets_say_never_verify_learns_from_declined_proposals()
     assert chosen[True, True] == 0
 
 
+def test_a_sampled_draft_learns_from_the_chance_its_declined_tokens_had():
+    """Sampled decoding has no "did it match": a declined look's evidence is the chance its token
+    would have been accepted (tiny-wide, temperature 0.8: without it the schedule hardly drafted,
+    1.06x-1.10x plain where k = 4 reaches 1.43x). Chances of 0.85 teach a draft whose prior says 0.15
+    that verifying pays; chances of 0.05 don't. Fails without the evidence (None)."""
+    costs = curve_profile("gpu-like")
+    draft_costs = CostProfile({1: 0.05 * costs.cost(1)})
+    proposal = DraftProposal(tokens=(1, 2, 3), buckets=(0, 0, 0))
+    chosen = {}
+    for chance in (None, 0.05, 0.85):
+        schedule = AdaptiveSchedule(8, target_costs=costs, draft_costs=draft_costs,
+                                    priors={True: [0.15], False: [0.15]}, constants=ScheduleConstants(margin=0.3))
+        for _ in range(60):
+            schedule.observe(proposal, 0, 0, 1, False, 0.05 * costs.cost(1) * 3, costs.cost(1), first_matched=chance)
+        chosen[chance] = schedule.choose(proposal, False)
+    assert chosen[None] == 0 and chosen[0.05] == 0 and chosen[0.85] > 0
+
+
 def test_long_lookup_matches_learn_from_declined_proposals_on_a_steep_curve():
     """Gemma at 1 thread: a 9-token pass costs 6.5 one-token passes, so a run of drafted tokens
     pays only above ~0.91 confidence, and a 23-token match starts at 0.9. Never verified, it
@@ -354,6 +372,40 @@ def test_the_decoder_reports_whether_a_declined_proposals_first_token_was_right(
             matches.add(first_matched)
         position += generated
     assert matches == {True, False}  # both outcomes occurred on this trace
+
+
+def test_sampled_declined_proposals_report_their_chance_and_change_no_token(tiny_engines):
+    """Sampled, a declined proposal's round draws its token as a plain step would (the same generator
+    draws: seeded output equal to plain decoding's), and the schedule hears the chance its first
+    token would have been accepted (a float in [0, 1]; prompt lookup's q is 1, so it is p(x)). Fails
+    if declining changed the draws, or no chance was reported."""
+    from specdec_gguf import SamplingParams
+    from specdec_gguf.decoder import SpeculativeDecoder
+    from specdec_gguf.drafters import PromptLookupDrafter
+
+    class DecliningAll(FixedSchedule):
+        def __init__(self):
+            super().__init__(8)
+            self.chances = []
+
+        def choose(self, proposal, greedy):
+            return 0
+
+        def observe(self, proposal, verified, accepted, generated, greedy, draft_seconds, verify_seconds,
+                    first_matched=None):
+            if proposal.tokens:
+                self.chances.append(first_matched)
+
+    target, _ = tiny_engines
+    prompt = target.tokenize("one two three four five six seven eight nine ten " * 6)
+    params = SamplingParams(temperature=1.0, seed=3)
+    plain = SpeculativeDecoder(target).generate(prompt, 80, params, ignore_eog=True).tokens
+    schedule = DecliningAll()
+    out = SpeculativeDecoder(target, PromptLookupDrafter(), schedule=schedule).generate(
+        prompt, 80, params, ignore_eog=True).tokens
+    assert out == plain
+    assert schedule.chances and all(isinstance(c, float) and 0.0 <= c <= 1.0 for c in schedule.chances)
+    assert len(set(schedule.chances)) > 1 and max(schedule.chances) > 0.0
 
 
 @pytest.mark.parametrize("n", [40, 37])
