@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from specdec_gguf import ConfigError
+from specdec_gguf import ConfigError, SamplingParams
 from specdec_gguf.benchmark import (PEER_NAME, Strategy, StrategyReport, geomean, peer_strategy, run_peer_trials,
                                      run_trials, summarize)
 from specdec_gguf.config import read_prompts_jsonl
@@ -23,6 +23,7 @@ from specdec_gguf.settings import DrafterSettings, EngineSettings
 from .common import err_console, exact_flag, exactness_json, handle_errors, report_exactness, stdout_is_tty
 
 BAR = 30
+SAMPLING = "Sampling"
 PEERS = ("llama-cpp-python", "llama.cpp")
 
 
@@ -44,18 +45,18 @@ def _x(value: float | None) -> str:
     return f"{value:.2f}x" if value else "-"
 
 
-def render_reports(reports: list[StrategyReport], cold: bool) -> Table:
-    table = Table(title=f"specdec bench (greedy, {'cold: a fresh decoder per trial' if cold else 'warm decoders'})",
-                  header_style="bold")
+def render_reports(reports: list[StrategyReport], cold: bool, sampling: SamplingParams = SamplingParams()) -> Table:
+    table = Table(title=f"specdec bench ({describe_sampling(sampling)}, "
+                        f"{'cold: a fresh decoder per trial' if cold else 'warm decoders'})", header_style="bold")
     for col in ("strategy", "median tok/s", "vs plain", "acceptance", "tokens/pass", "vs best fixed k",
                 "same as plain", "python share"):
         table.add_column(col, justify="left" if col == "strategy" else "right", no_wrap=True)
     for r in reports:
-        ours = r.greedy_match is not None
+        ours = not r.peer
         table.add_row(r.name, f"{r.median_throughput:.1f}", _x(r.speedup),
                       f"{r.acceptance_rate:.1%}" if ours and r.name != "plain" else "-",
                       f"{r.tokens_per_target_pass:.2f}" if ours else "-", _x(r.vs_best_fixed_geomean),
-                      f"{r.greedy_match:.0%}" if ours else "-",
+                      f"{r.greedy_match:.0%}" if r.greedy_match is not None else "-",
                       f"{r.python_share:.1%}" if r.python_share is not None else "-")
     return table
 
@@ -76,6 +77,17 @@ def per_prompt_table(reports: list[StrategyReport]) -> Table:
             table.add_row(f"{r.name} / best fixed k", *(_x(r.vs_best_fixed.get(pid)) for pid in prompt_ids),
                           style="dim")
     return table
+
+
+def describe_sampling(sampling: SamplingParams) -> str:
+    """``greedy``, or the sampling settings that are not off."""
+    if sampling.greedy:
+        return "greedy"
+    parts = [f"temperature {sampling.temperature:g}"]
+    parts += [f"top-k {sampling.top_k}"] if sampling.top_k else []
+    parts += [f"top-p {sampling.top_p:g}"] if sampling.top_p < 1.0 else []
+    parts += [f"min-p {sampling.min_p:g}"] if sampling.min_p > 0.0 else []
+    return ", ".join(parts)
 
 
 def speedup_chart(reports: list[StrategyReport]) -> list[str]:
@@ -111,6 +123,11 @@ def bench(
     exact: Annotated[bool, typer.Option("--exact", help="Target in exact mode: fail unless batched passes are bit-identical to one-token passes (docs/exactness.md).")] = False,
     exact_warn: Annotated[bool, typer.Option("--exact-warn", help="Target in exact mode, only warn when it is not bit-invariant.")] = False,
     target_python: Annotated[Optional[Path], typer.Option("--target-python", help="Run the target in this interpreter (e.g. an exact llama.cpp build).")] = None,
+    temp: Annotated[float, typer.Option("--temp", help="Sampling temperature for every strategy (0: greedy). Sampled outputs differ from plain decoding's wherever the draws fell differently, so they are not compared; --peer runs greedy only.", rich_help_panel=SAMPLING)] = 0.0,
+    top_k: Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0: off).", rich_help_panel=SAMPLING)] = 0,
+    top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass (1: off).", rich_help_panel=SAMPLING)] = 1.0,
+    min_p: Annotated[float, typer.Option("--min-p", help="Drop tokens below this share of the top one (0: off).", rich_help_panel=SAMPLING)] = 0.0,
+    seed: Annotated[Optional[int], typer.Option("-s", "--seed", help="Sampling seed (the same draws for every trial; default: fresh ones).", rich_help_panel=SAMPLING)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable results.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose")] = False,
 ) -> None:
@@ -125,6 +142,9 @@ def bench(
     for p in peers:
         if p not in PEERS:
             raise ConfigError(f"--peer {p!r} must be one of {list(PEERS)}")
+    sampling = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)  # (validates)
+    if peers and not sampling.greedy:
+        raise ConfigError(f"--peer runs greedy decoding only; drop it or --temp {temp}")
     if prompt_set not in PROMPT_SETS:
         raise ConfigError(f"--set {prompt_set!r} must be one of {list(PROMPT_SETS)}")
     prompts = ([(p.id, p.text) for p in read_prompts_jsonl(prompts_file, "--prompts")] if prompts_file
@@ -158,7 +178,7 @@ def bench(
         tokenized = [(pid, target.tokenize(text)) for pid, text in prompts]
         profile = profile_for(target, use_cache=profile_cache)
         progress = err_console if not json_out else None
-        trials = run_trials(target, draft, strategies, tokenized, max_tokens, repeats, cold=cold,
+        trials = run_trials(target, draft, strategies, tokenized, max_tokens, repeats, sampling, cold=cold,
                             profile_cache=profile_cache,
                             on_trial=(lambda t: progress.print(f"  {t.prompt_id:<16} {t.strategy:<22} "
                                                                f"{t.throughput:7.1f} tok/s", highlight=False, markup=False))
@@ -183,22 +203,23 @@ def bench(
         trials += run_peer_trials(p.name, lambda pid, toks, p=p: p.run(texts[pid], max_tokens).throughput,
                                   tokenized, repeats)
         strategies.append(peer_strategy(p.name))
-    reports = summarize(trials, strategies)
+    reports = summarize(trials, strategies, greedy=sampling.greedy)
     curve = profile.ratios() if profile else {}
     if json_out:
         print(json.dumps({"reports": [dataclasses.asdict(r) for r in reports], "cost_ratios": curve,
                           "prompts": [p[0] for p in prompts], "max_tokens": max_tokens, "repeats": repeats,
-                          "cold": cold, "threads": threads, "exactness": exactness}))
+                          "cold": cold, "threads": threads, "exactness": exactness,
+                          "sampling": dataclasses.asdict(sampling)}))
         return
     console = Console(highlight=False, width=None if stdout_is_tty() else 200)
-    console.print(render_reports(reports, cold))
+    console.print(render_reports(reports, cold, sampling))
     console.print(per_prompt_table(reports))
     if curve:
         console.print("verify cost vs one-token pass (profile): " + ", ".join(
             f"{n}: {r:.2f}x" for n, r in sorted(curve.items())))
     for r in reports:
         if r.name.startswith("lookup adaptive") or r.name.startswith("draft adaptive"):
-            peers_of_kind = [x for x in reports if x.greedy_match is None]
+            peers_of_kind = [x for x in reports if x.peer]
             for x in peers_of_kind:
                 ratios = [r.per_prompt_speedup[p] / x.per_prompt_speedup[p] for p in r.per_prompt_speedup
                           if x.per_prompt_speedup.get(p)]

@@ -60,10 +60,11 @@ class StrategyReport:
     # adaptive only: median throughput / the best fixed k of the same drafter, per prompt and geomean
     vs_best_fixed: dict[str, float] = field(default_factory=dict)
     vs_best_fixed_geomean: float | None = None
-    greedy_match: float | None = None  # share of prompts whose output equals plain decoding's
-    # our strategies: per prompt, whether every trial's output equals plain decoding's
+    greedy_match: float | None = None  # share of prompts whose output equals plain decoding's (greedy runs)
+    # our strategies in greedy runs: per prompt, whether every trial's output equals plain decoding's
     same_output: dict[str, bool] = field(default_factory=dict)
     python_share: float | None = None  # median share of generation time outside llama_decode
+    peer: bool = False  # another implementation (no acceptance figures of ours)
 
 
 def measure_cost_curve(target: TextModel, context: Sequence[int], sizes: Sequence[int],
@@ -132,10 +133,14 @@ def geomean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else 0.0
 
 
-def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy]) -> list[StrategyReport]:
-    """Per-strategy medians, speed-up over plain, adaptive against the best fixed k per prompt."""
+def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy], *, greedy: bool = True) -> list[StrategyReport]:
+    """Per-strategy medians, speed-up over plain, adaptive against the best fixed k per prompt.
+
+    ``greedy``: the trials decoded greedily, so each strategy's output can be compared with plain
+    decoding's; sampled outputs differ wherever the random draws fell differently, so they aren't."""
     prompt_ids = list(dict.fromkeys(t.prompt_id for t in trials))
     plain = next((s.name for s in strategies if s.is_plain), None)
+    compared = plain if greedy else None  # (the strategy outputs are compared with)
     present = {t.strategy for t in trials}
 
     def med(name: str, pid: str) -> float:
@@ -145,7 +150,7 @@ def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy]) -> list[S
     def first_tokens(name: str, pid: str) -> tuple[int, ...] | None:
         return next((t.tokens for t in trials if t.strategy == name and t.prompt_id == pid), None)
 
-    plain_tokens = {pid: first_tokens(plain, pid) for pid in prompt_ids} if plain else {}
+    plain_tokens = {pid: first_tokens(plain, pid) for pid in prompt_ids} if compared else {}
 
     def same(name: str, pid: str) -> bool:
         """Whether every trial of ``name`` on ``pid`` wrote plain decoding's answer (one that drifted counts)."""
@@ -158,7 +163,7 @@ def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy]) -> list[S
     for kind in {s.drafter.kind for s in strategies if s.is_fixed}:
         fixed = [s for s in strategies if s.is_fixed and s.drafter.kind == kind and s.name in present]
         for pid in prompt_ids:
-            kept = [s for s in fixed if not plain or same(s.name, pid)]
+            kept = [s for s in fixed if not compared or same(s.name, pid)]
             if kept or fixed:
                 best_fixed[(kind, pid)] = max(med(s.name, pid) for s in kept or fixed)
     reports = []
@@ -181,8 +186,9 @@ def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy]) -> list[S
             per_prompt_speedup=per_prompt, vs_best_fixed=vs_best,
             vs_best_fixed_geomean=geomean(list(vs_best.values())) if vs_best else None,
             python_share=statistics.median(shares) if shares else None,
-            greedy_match=(sum(same(s.name, p) for p in prompt_ids) / len(prompt_ids)) if plain and not s.peer else None,
-            same_output={p: same(s.name, p) for p in prompt_ids} if plain and not s.peer else {}))
+            greedy_match=(sum(same(s.name, p) for p in prompt_ids) / len(prompt_ids)) if compared and not s.peer
+            else None,
+            same_output={p: same(s.name, p) for p in prompt_ids} if compared and not s.peer else {}, peer=s.peer))
     return reports
 
 

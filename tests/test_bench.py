@@ -162,6 +162,37 @@ def test_bench_json_contract(tiny_family):
     assert plain["greedy_match"] == 1.0 and plain["tokens_per_target_pass"] == 1.0
 
 
+def test_sampled_trials_are_not_compared_with_plain_output():
+    """Sampled, a strategy's output differs from plain decoding's wherever the draws fell differently:
+    no "same as plain" figures, and every fixed k counts for the best fixed k (greedy: only those
+    that kept plain's answer; here k = 2 wrote another answer on prompt b, faster than k = 4's).
+    Fails if sampled runs were held to plain's output (adaptive against k = 4 there: 1.25x, not 0.83x)."""
+    trials = [t if (t.strategy, t.prompt_id) != ("lookup k=2", "b") else dataclasses.replace(t, throughput=120.0)
+              for t in synthetic_trials()]
+    greedy = {r.name: r for r in summarize(trials, STRATEGIES)}
+    sampled = {r.name: r for r in summarize(trials, STRATEGIES, greedy=False)}
+    assert greedy["lookup adaptive"].vs_best_fixed["b"] == pytest.approx(100 / 80)
+    assert sampled["lookup adaptive"].vs_best_fixed["b"] == pytest.approx(100 / 120)  # k = 2 counts too
+    for report in sampled.values():
+        assert report.greedy_match is None and report.same_output == {}
+    assert sampled["lookup adaptive"].speedup == greedy["lookup adaptive"].speedup
+    assert sampled[PEER.name].peer and not sampled["lookup adaptive"].peer
+
+
+def test_bench_samples_when_asked(tiny_family):
+    """--temp: every strategy samples with those settings (the JSON says which), none is compared with
+    plain decoding's output, and the table title names the sampling."""
+    result = bench(tiny_family, "--json", "--temp", "0.8", "--top-k", "40", "--seed", "5", "--no-prompt-lookup")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["sampling"] == {"temperature": 0.8, "top_k": 40, "top_p": 1.0, "min_p": 0.0, "seed": 5}
+    assert [r["name"] for r in out["reports"]] == ["plain", "draft k=1", "draft k=2", "draft adaptive"]
+    assert all(r["greedy_match"] is None and r["same_output"] == {} for r in out["reports"])
+    table = bench(tiny_family, "--temp", "0.8", "--no-prompt-lookup")
+    assert table.exit_code == 0, table.output
+    assert "specdec bench (temperature 0.8, cold" in table.stdout
+
+
 def test_bench_tables(tiny_family):
     """Without --json: the strategy table, the per-prompt speed-up table (a column per prompt,
     adaptive / best fixed k rows) and the bar chart."""
@@ -183,6 +214,8 @@ def test_bench_tables(tiny_family):
     (["--only", "nope"], r"--only 'nope' matches no prompt id"),
     (["--peer", "vllm"], r"--peer 'vllm' must be one of"),
     (["--set", "huge"], r"--set 'huge' must be one of"),
+    (["--temp", "0.8", "--peer", "llama.cpp"], r"--peer runs greedy decoding only; drop it or --temp 0.8"),
+    (["--temp", "-1"], r"temperature"),
 ])
 def test_bench_errors_are_one_line(tiny_family, args, message):
     import re
