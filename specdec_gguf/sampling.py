@@ -209,7 +209,8 @@ def sample_declined(token: int, draft_q: np.ndarray | float | None, target_logit
     else:
         q_x = float(draft_q[token]) if np.ndim(draft_q) == 1 else float(draft_q)  # type: ignore[index,arg-type]
     p_x = float(target_probs[token])
-    chance = 1.0 if p_x >= q_x else p_x / q_x  # (q_x > 0: the draft proposed x)
+    # As rejection_sample decides: accepted when u·q(x) < p(x), u uniform in [0, 1).
+    chance = 0.0 if p_x <= 0.0 else 1.0 if p_x >= q_x else p_x / q_x
     return sample(target_probs, rng), chance
 
 

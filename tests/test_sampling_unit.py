@@ -117,6 +117,7 @@ def test_rejection_sample_rejects_token_target_never_makes():
     (None, 0.2),  # a deterministic drafter (prompt lookup): q(x) = 1, the chance is p(x)
     (np.array([0.1, 0.8, 0.05, 0.03, 0.02]), 0.25),  # a draft row: p(x) / q(x)
     (np.float32(0.1), 1.0),  # q(x) alone, below p(x): always accepted
+    (np.float32(0.0), 1.0),  # q(x) 0 (a draft that proposed what it gives no mass): p(x) > 0 accepts
 ])
 def test_a_declined_token_gets_its_acceptance_chance_and_the_step_samples_as_a_plain_one(q, chance):
     """Sampled, a proposal nobody verified still shows how right its first token was: the chance
@@ -129,6 +130,16 @@ def test_a_declined_token_gets_its_acceptance_chance_and_the_step_samples_as_a_p
         token, got = sample_declined(1, q, LOGITS, params, np.random.default_rng(seed))
         assert token == plain
         assert got == pytest.approx(chance, rel=1e-6)
+
+
+def test_a_declined_token_the_target_never_makes_had_no_chance():
+    """Under top-k 1 only the best token has mass: a declined token outside it would always have been
+    rejected, whatever q says (rejection_sample's u·q(x) < p(x) with p(x) = 0)."""
+    params = SamplingParams(temperature=1.0, top_k=1)
+    for q in (None, np.float32(0.0), np.float32(0.3)):
+        _, chance = sample_declined(1, q, LOGITS, params, np.random.default_rng(0))
+        assert chance == 0.0
+    assert rejection_sample([1], None, np.stack([LOGITS, LOGITS]), params, np.random.default_rng(0))[0] == 0
 
 
 def test_rejection_without_full_draft_rows_raises():
