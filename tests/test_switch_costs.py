@@ -199,27 +199,31 @@ def test_the_decoder_prices_looks_with_the_drafters_own_catch_up_cap():
         is None  # a free drafter has nothing to catch up on
 
 
-@pytest.mark.parametrize("right", [True, False])
-def test_a_look_whose_first_token_was_right_looks_again_next_round(right):
+@pytest.mark.parametrize("greedy, right, again", [(True, True, True), (True, False, False),
+                                                  (False, 0.95, True), (False, 0.6, False), (False, 0.0, False)])
+def test_a_look_whose_first_token_was_right_looks_again_next_round(greedy, right, again):
     """A draft whose own probabilities undersell it (random or distilled weights: right 85-90% of the
     time at top probabilities of 0.05-0.5) is only looked at, and one look a long interval is too little
     evidence to ever trust it. A look whose first token was right looks again the next round; a wrong
-    one waits twice the interval, as before."""
-    target = CostProfile({1: 10 * MS, 2: 10.2 * MS, 3: 10.4 * MS, 5: 10.8 * MS, 9: 11.6 * MS})
+    one waits twice the interval, as before. Sampled, "right" is a chance of acceptance at which
+    drafted runs could pay (here 0.73: 0.6 is not; looks at such chances repeated round after round
+    where drafting can't pay). Fails if a sampled look's chance counted as right at any value."""
+    target = CostProfile({1: 10 * MS, 2: 17 * MS, 3: 23 * MS, 5: 35 * MS, 9: 58 * MS})
     draft = CostProfile({1: 0.3 * MS, 2: 0.33 * MS})
     schedule = AdaptiveSchedule(8, target_costs=target, draft_costs=draft, priors={True: [0.1], False: [0.1]})
+    assert 0.6 < schedule.min_confidence() < 0.95
     interval = schedule.c.probe_interval
     for _ in range(interval):
         assert schedule.next_k(1000) == 0
-        schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 10 * MS)
+        schedule.observe(NO_PROPOSAL, 0, 0, 1, greedy, 0.0, 10 * MS)
     assert schedule.next_k(1000) == 8  # a look
     look = DraftProposal(tokens=(5,), buckets=(0,))
-    schedule.observe(look, 0, 0, 1, True, 0.3 * MS, 10 * MS, first_matched=right)
+    schedule.observe(look, 0, 0, 1, greedy, 0.3 * MS, 10 * MS, first_matched=right)
     waits = 0
     while schedule.next_k(1000) == 0:
-        schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 10 * MS)
+        schedule.observe(NO_PROPOSAL, 0, 0, 1, greedy, 0.0, 10 * MS)
         waits += 1
-    assert waits == (0 if right else 2 * interval)
+    assert waits == (0 if again else 2 * interval)
 
 
 def test_the_simulated_target_charges_the_switch():
