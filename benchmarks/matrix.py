@@ -2,6 +2,7 @@
 
 Usage:
   python benchmarks/matrix.py --gemma $G [--threads 1,2] [-n 64,256] [--repeats 3] [--peer-bin PATH] [--out m.json]
+                             [--temp 0.8]  (sampled: every strategy samples; llama.cpp's peers, greedy only, are left out)
 
 Cases (each: plain, fixed k, adaptive; a fresh decoder per trial, as `specdec run`):
 - tiny F32 pair (4-layer d64 target, 1-layer draft): per-call costs dominate, nothing pays;
@@ -22,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from specdec_gguf import SamplingParams  # noqa: E402
 from specdec_gguf.benchmark import Strategy, geomean, run_peer_trials, run_trials, summarize  # noqa: E402
 from specdec_gguf.errors import EngineError  # noqa: E402
 from specdec_gguf.peers import NGRAM_MODES, LlamaCppPeer  # noqa: E402
@@ -45,7 +47,7 @@ def strategies(kind: str, ks: list[int]) -> list[Strategy]:
 
 
 def run_case(name: str, target_path: Path, draft_path: Path | None, kind: str, prompt_set: str, n: int,
-             threads: int, repeats: int, peers: list) -> dict:
+             threads: int, repeats: int, peers: list, sampling: SamplingParams = SamplingParams()) -> dict:
     ks = [1, 2, 4, 8] + ([16] if kind == "prompt-lookup" else [])
     target = open_engine(EngineSettings(model=target_path, n_ctx=2048, n_threads=threads))
     draft = open_engine(EngineSettings(model=draft_path, n_ctx=2048, n_threads=threads)) if draft_path else None
@@ -53,7 +55,7 @@ def run_case(name: str, target_path: Path, draft_path: Path | None, kind: str, p
     try:
         tokenized = [(pid, target.tokenize(text)) for pid, text in prompts]
         strats = strategies(kind, ks)
-        trials = run_trials(target, draft, strats, tokenized, n, repeats, cold=True)
+        trials = run_trials(target, draft, strats, tokenized, n, repeats, sampling, cold=True)
     finally:
         for e in (draft, target):
             if e is not None:
@@ -69,9 +71,10 @@ def run_case(name: str, target_path: Path, draft_path: Path | None, kind: str, p
             continue
         ran.append(peer)
         strats.append(Strategy(peer.name, DrafterSettings(kind=kind), peer=True))  # type: ignore[arg-type]
-    reports = {r.name: r for r in summarize(trials, strats)}
+    reports = {r.name: r for r in summarize(trials, strats, greedy=sampling.greedy)}
     adaptive = reports[strats[len(ks) + 1].name]
     row = {"case": name, "kind": kind, "set": prompt_set, "n": n, "threads": threads,
+           "temperature": sampling.temperature,
            "adaptive_vs_plain": adaptive.per_prompt_speedup, "adaptive_geomean": adaptive.speedup,
            "vs_best_fixed": adaptive.vs_best_fixed, "vs_best_fixed_geomean": adaptive.vs_best_fixed_geomean,
            "plain_tok_s": reports["plain"].median_throughput,
@@ -95,7 +98,11 @@ def main() -> None:
     parser.add_argument("--peer-bin", type=Path, help="llama-speculative-simple, to add llama.cpp's own modes")
     parser.add_argument("--only", help="comma-separated case names")
     parser.add_argument("--out", type=Path, default=Path("matrix.json"))
+    parser.add_argument("--temp", type=float, default=0.0, help="sample at this temperature (0: greedy)")
+    parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: fresh draws per trial)")
     args = parser.parse_args()
+    sampling = SamplingParams(temperature=args.temp, seed=args.seed)
+    peer_bin = args.peer_bin if sampling.greedy else None  # (llama.cpp's peers decode greedily)
     threads = [int(t) for t in args.threads.split(",")]
     lengths = [int(x) for x in args.n.split(",")]
     only = set(args.only.split(",")) if args.only else None
@@ -109,23 +116,23 @@ def main() -> None:
             for t in threads:
                 for n in lengths:
                     peers = []
-                    if args.peer_bin:
-                        peers = [LlamaCppPeer(args.peer_bin, family.target, "draft-simple", draft=family.draft,
+                    if peer_bin:
+                        peers = [LlamaCppPeer(peer_bin, family.target, "draft-simple", draft=family.draft,
                                               threads=t, draft_max=8)]
                     rows.append(run_case(name, family.target, family.draft, "draft-model", "default", n, t,
-                                         args.repeats, peers))
+                                         args.repeats, peers, sampling))
                     rows.append(run_case(name, family.target, None, "prompt-lookup", "default", n, t,
-                                         args.repeats, []))
+                                         args.repeats, [], sampling))
         if args.gemma and (not only or "gemma" in only):
             for t in threads:
                 for prompt_set, n in [("short", lengths[0]), ("default", lengths[0]), ("long", lengths[-1]),
                                       ("default", lengths[-1])]:
                     peers = []
-                    if args.peer_bin and prompt_set != "short":
-                        peers = [LlamaCppPeer(args.peer_bin, args.gemma, mode, threads=t)
+                    if peer_bin and prompt_set != "short":
+                        peers = [LlamaCppPeer(peer_bin, args.gemma, mode, threads=t)
                                  for mode in NGRAM_MODES]
                     rows.append(run_case("gemma", args.gemma, None, "prompt-lookup", prompt_set, n, t,
-                                         args.repeats, peers))
+                                         args.repeats, peers, sampling))
     args.out.write_text(json.dumps(rows, indent=1))
     worst = min((v, r["case"], r["set"], r["n"], r["threads"], pid) for r in rows
                 for pid, v in r["adaptive_vs_plain"].items())
