@@ -21,9 +21,9 @@ from specdec_gguf.prompts import PROMPT_SETS
 from specdec_gguf.settings import DrafterSettings, EngineSettings
 
 from .common import err_console, exact_flag, exactness_json, handle_errors, report_exactness, stdout_is_tty
+from .options import MinPOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt
 
 BAR = 30
-SAMPLING = "Sampling"
 PEERS = ("llama-cpp-python", "llama.cpp")
 
 
@@ -123,11 +123,11 @@ def bench(
     exact: Annotated[bool, typer.Option("--exact", help="Target in exact mode: fail unless batched passes are bit-identical to one-token passes (docs/exactness.md).")] = False,
     exact_warn: Annotated[bool, typer.Option("--exact-warn", help="Target in exact mode, only warn when it is not bit-invariant.")] = False,
     target_python: Annotated[Optional[Path], typer.Option("--target-python", help="Run the target in this interpreter (e.g. an exact llama.cpp build).")] = None,
-    temp: Annotated[float, typer.Option("--temp", help="Sampling temperature for every strategy (0: greedy). Sampled outputs differ from plain decoding's wherever the draws fell differently, so they are not compared; --peer runs greedy only.", rich_help_panel=SAMPLING)] = 0.0,
-    top_k: Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0: off).", rich_help_panel=SAMPLING)] = 0,
-    top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass (1: off).", rich_help_panel=SAMPLING)] = 1.0,
-    min_p: Annotated[float, typer.Option("--min-p", help="Drop tokens below this share of the top one (0: off).", rich_help_panel=SAMPLING)] = 0.0,
-    seed: Annotated[Optional[int], typer.Option("-s", "--seed", help="Sampling seed (the same draws for every trial; default: fresh ones).", rich_help_panel=SAMPLING)] = None,
+    temp: TempOpt = None,
+    top_k: TopKOpt = None,
+    top_p: TopPOpt = None,
+    min_p: MinPOpt = None,
+    seed: SeedOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable results.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose")] = False,
 ) -> None:
@@ -142,7 +142,11 @@ def bench(
     for p in peers:
         if p not in PEERS:
             raise ConfigError(f"--peer {p!r} must be one of {list(PEERS)}")
-    sampling = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)  # (validates)
+    # Every strategy samples with these (sampled outputs are not compared with plain decoding's);
+    # the peers decode greedily only.
+    sampling = SamplingParams(**{name: value for name, value in (
+        ("temperature", temp), ("top_k", top_k), ("top_p", top_p), ("min_p", min_p), ("seed", seed))
+        if value is not None})  # (validates)
     if peers and not sampling.greedy:
         raise ConfigError(f"--peer runs greedy decoding only; drop it or --temp {temp}")
     if prompt_set not in PROMPT_SETS:

@@ -534,8 +534,8 @@ class AdaptiveSchedule:
         # trust. After a wrong one the wait goes on doubling as before. Sampled, "right" is a chance of
         # acceptance at which drafted runs could pay (min_confidence): looks whose tokens had lesser
         # chances repeated round after round where drafting can't pay (a tiny F32 pair: 0.97x -> 0.945x).
-        right = first_matched >= self.min_confidence() if isinstance(first_matched, float) else bool(first_matched)
-        self._look_again = self._probing and (accepted > 0 or right)
+        self._look_again = self._probing and (accepted > 0 or (
+            first_matched >= self.min_confidence() if isinstance(first_matched, float) else bool(first_matched)))
         if drafted == 0:
             self._rounds_since_draft += 1
             return
