@@ -223,6 +223,7 @@ class PromptLookupDrafter(DrafterBase):
         self._full = False  # the last round's committed tokens all followed the source (a copy run)
         self._shortest, self._shortest_age, self._shortest_full = min_ngram, 8, False
         self._misses = self._skip_searches = 0
+        self._asked = False  # whether this round's propose was called (a pause's rounds are not asked)
         # Where the output last left a copy: (source, position, context length then, match length then).
         self._lost: tuple[_Index, int, int, int] | None = None
 
@@ -247,6 +248,7 @@ class PromptLookupDrafter(DrafterBase):
 
     def propose(self, max_tokens: int, policy: VerificationPolicy | None = None,
                 rng: np.random.Generator | None = None, budget: DraftBudget | None = None) -> DraftProposal:
+        self._asked = True
         if self.num_pred_tokens is not None:
             max_tokens = min(max_tokens, self.num_pred_tokens)
         if max_tokens <= 0 or not self._find(self._shortest_useful(budget)):
@@ -269,6 +271,9 @@ class PromptLookupDrafter(DrafterBase):
 
     def accept(self, n_accepted: int, committed: Sequence[int]) -> None:
         self._ctx.extend(committed)
+        if not self._asked:
+            self._skip_searches = 0  # rounds it was not asked for (a pause) spaced its searches already
+        self._asked = False
         # Keep following the same source while what was committed agrees with it (a copy run).
         self._full = False
         if self._src is None:
