@@ -20,6 +20,10 @@ NGRAM_MODES = ("ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache")
 _SPEED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
 _ACCEPT = re.compile(r"n_accept\s*=\s*(\d+)")
 _DRAFTED = re.compile(r"n_drafted\s*=\s*(\d+)")
+# llama.cpp's log now and then loses every line after the draft model loads: the run exits 0 with its
+# answer on stdout and no timing line (3 of 120 runs of a tiny pair at 2 threads; a whole matrix cell
+# lost its peer). Such a run is run again, this many times at most.
+LOST_LOG_RETRIES = 2
 
 
 def find_llama_speculative(binary: str | os.PathLike[str] | None = None) -> Path:
@@ -82,16 +86,21 @@ class LlamaCppPeer:
         return cmd
 
     def run(self, prompt: str, max_tokens: int, timeout: float = 600.0) -> PeerRun:
-        try:
-            done = subprocess.run(self.command(prompt, max_tokens), capture_output=True, text=True,
-                                  timeout=timeout, errors="replace")
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise EngineError(f"{self.binary}: {err}") from None
-        log = done.stdout + done.stderr
-        speed = _SPEED.search(log)
-        if done.returncode != 0 or speed is None:
-            tail = (log.strip().splitlines() or ["no output"])[-1]
-            raise EngineError(f"{self.name} failed (exit {done.returncode}): {tail}")
+        """Run once; a run that exits 0 without its timing line is run again, up to ``LOST_LOG_RETRIES`` times."""
+        for attempt in range(LOST_LOG_RETRIES + 1):
+            try:
+                done = subprocess.run(self.command(prompt, max_tokens), capture_output=True, text=True,
+                                      timeout=timeout, errors="replace")
+            except (OSError, subprocess.TimeoutExpired) as err:
+                raise EngineError(f"{self.binary}: {err}") from None
+            log = done.stdout + done.stderr
+            speed = _SPEED.search(log)
+            if speed is None and done.returncode == 0 and attempt < LOST_LOG_RETRIES:
+                continue
+            if done.returncode != 0 or speed is None:
+                tail = (log.strip().splitlines() or ["no output"])[-1]
+                raise EngineError(f"{self.name} failed (exit {done.returncode}): {tail}")
+            break
         drafted, accepted = _DRAFTED.search(log), _ACCEPT.search(log)
         return PeerRun(tokens=int(speed.group(1)), throughput=float(speed.group(3)),
                        drafted=int(drafted.group(1)) if drafted else 0, accepted=int(accepted.group(1)) if accepted else 0)

@@ -224,3 +224,60 @@ def test_bench_errors_are_one_line(tiny_family, args, message):
     assert result.exit_code == 1
     assert re.search(message, result.stderr), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def _fake_peer(tmp_path, lines_per_run: list[str], status: int = 0):
+    """A stand-in for llama-speculative-simple whose n-th run prints ``lines_per_run[n]`` (the last one
+    from then on) and exits ``status``; returns the peer and the file counting its runs."""
+    from specdec_gguf.peers import LlamaCppPeer
+
+    runs = tmp_path / "runs"
+    runs.write_text("0")
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    for i, text in enumerate(lines_per_run):
+        (outputs / str(i)).write_text(text)
+    script = tmp_path / "llama-speculative-simple"
+    last = len(lines_per_run) - 1
+    script.write_text(f"""#!/bin/sh
+n=$(cat {runs}); echo $((n + 1)) > {runs}
+i=$n; [ "$i" -gt {last} ] && i={last}
+cat {outputs}/$i >&2
+exit {status}
+""")
+    script.chmod(0o755)
+    return LlamaCppPeer(script, tmp_path / "model.gguf", "ngram-simple", repack=True), runs
+
+
+SPEED = "decoded   64 tokens in    0.500 seconds, speed:  128.000 t/s\nn_drafted = 40\nn_accept = 30\n"
+
+
+@pytest.mark.parametrize("first, status, runs, error", [
+    ("loading draft model\n", 0, 2, None),  # a run whose log lost its timing line: run again
+    (SPEED, 0, 1, None),
+    ("loading draft model\n", 1, 1, "failed (exit 1)"),  # a failure is not retried
+])
+def test_a_peer_run_whose_log_lost_its_timing_line_runs_again(tmp_path, first, status, runs, error):
+    """llama.cpp's log now and then drops every line after the draft model loads (exit 0, no timing
+    line): the run is repeated, so one such run does not leave a matrix cell without its peer.
+    Negative controls: a run with its timing line runs once; one that fails (exit 1) is not retried."""
+    from specdec_gguf.errors import EngineError
+
+    peer, counter = _fake_peer(tmp_path, [first, SPEED], status)
+    if error:
+        with pytest.raises(EngineError, match=error.replace("(", r"\(").replace(")", r"\)")):
+            peer.run("x", 64)
+    else:
+        result = peer.run("x", 64)
+        assert (result.tokens, result.throughput, result.drafted, result.accepted) == (64, 128.0, 40, 30)
+    assert int(counter.read_text()) == runs
+
+
+def test_a_peer_that_never_prints_its_timing_line_fails_after_its_retries(tmp_path):
+    from specdec_gguf.errors import EngineError
+    from specdec_gguf.peers import LOST_LOG_RETRIES
+
+    peer, counter = _fake_peer(tmp_path, ["loading draft model\n"])
+    with pytest.raises(EngineError, match="exit 0"):
+        peer.run("x", 64)
+    assert int(counter.read_text()) == LOST_LOG_RETRIES + 1
