@@ -9,16 +9,9 @@ rounds lost, drafting pauses for an interval that doubles while it keeps losing.
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from itertools import islice
-from typing import Iterable
-
-
-def _median(values: Iterable[float]) -> float:
-    """The median (statistics.median's 2-3 us, cold caches, were a tenth of a tiny model's consulted round)."""
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 class GainGuard:
@@ -84,7 +77,7 @@ class GainGuard:
         if self._plain_round is None:
             if not self._plain_times:
                 return  # no plain step measured yet
-            self._plain_round, self._plain_new = _median(self._plain_times), 0
+            self._plain_round, self._plain_new = statistics.median(self._plain_times), 0
         if charge:
             # (At most one plain step: a descheduled thread is not the graph's fault.)
             self._gains[-1] -= min(max(verify_seconds / self._plain_round - 1.0, 0.0), 1.0)
