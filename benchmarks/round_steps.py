@@ -95,7 +95,7 @@ def main() -> None:
           "microseconds per call, median / mean (calls)")
     for arm, steps in calls.items():
         for name, times in sorted(steps.items()):
-            print(f"  {arm:9s} {name:22s} {statistics.median(times):8.2f} / {statistics.mean(times):8.2f}  ({len(times)})")
+            print(f"  {arm:9s} {name:36s} {statistics.median(times):8.2f} / {statistics.mean(times):8.2f}  ({len(times)})")
 
 
 if __name__ == "__main__":
