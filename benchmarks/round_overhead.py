@@ -22,7 +22,9 @@ import statistics
 import sys
 import tempfile
 from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -53,31 +55,45 @@ def _decoder(target: LlamaCppEngine, arm: str) -> SpeculativeDecoder:
     return decoder
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=1)
+def arguments(doc: str, threads: int) -> argparse.Namespace:
+    """The flags both round benchmarks take: --threads, -n, --repeats."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=threads)
     parser.add_argument("-n", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=30)
-    args = parser.parse_args()
-    prompts = [(pid, text) for pid, kind, text in PROMPT_SETS["default"] if pid in ("story", "explain")]
-    with tempfile.TemporaryDirectory(prefix="specdec-overhead-") as tmp:
-        os.environ["SPECDEC_CACHE_DIR"] = tmp  # profiles and calibrations of throw-away models: not the user's cache
+    return parser.parse_args()
+
+
+@contextmanager
+def tiny_target(threads: int) -> Iterator[tuple[LlamaCppEngine, list[tuple[str, list[int]]]]]:
+    """The tiny F32 target, written to a throw-away directory that is also the cache (profiles and
+    calibrations of a throw-away model: not the user's), and the default set's open-ended prompts
+    (nothing to copy: every round is a plain step whatever the drafter does), tokenized."""
+    with tempfile.TemporaryDirectory(prefix="specdec-rounds-") as tmp:
+        os.environ["SPECDEC_CACHE_DIR"] = tmp
         family = write_tiny_family(tmp)
-        with LlamaCppEngine(family.target, n_ctx=2048, n_threads=args.threads) as target:
-            tokenized = [(pid, target.tokenize(text)) for pid, text in prompts]
-            for arm in ARMS:  # warm up (and cache the cost profile)
-                _decoder(target, arm).generate(tokenized[0][1], 16, ignore_eog=True)
-            seconds: dict[tuple[str, str], list[float]] = defaultdict(list)
-            for rep in range(args.repeats):
-                for pid, tokens in tokenized:
-                    for arm in ARMS if rep % 2 == 0 else ARMS[::-1]:
-                        result = _decoder(target, arm).generate(tokens, args.n, ignore_eog=True)
-                        seconds[arm, pid].append(result.stats.generation_seconds)
-    plain = {pid: statistics.median(seconds["plain", pid]) for pid, _ in prompts}
-    print(f"plain: {', '.join(f'{pid} {plain[pid] / args.n * 1e6:.1f} us/round' for pid, _ in prompts)}")
+        with LlamaCppEngine(family.target, n_ctx=2048, n_threads=threads) as target:
+            yield target, [(pid, target.tokenize(text)) for pid, _, text in PROMPT_SETS["default"]
+                           if pid in ("story", "explain")]
+
+
+def main() -> None:
+    args = arguments(__doc__, threads=1)
+    seconds: dict[tuple[str, str], list[float]] = defaultdict(list)
+    with tiny_target(args.threads) as (target, tokenized):
+        for arm in ARMS:  # warm up (and cache the cost profile)
+            _decoder(target, arm).generate(tokenized[0][1], 16, ignore_eog=True)
+        for rep in range(args.repeats):
+            for pid, tokens in tokenized:
+                for arm in ARMS if rep % 2 == 0 else ARMS[::-1]:
+                    result = _decoder(target, arm).generate(tokens, args.n, ignore_eog=True)
+                    seconds[arm, pid].append(result.stats.generation_seconds)
+    pids = [pid for pid, _ in tokenized]
+    plain = {pid: statistics.median(seconds["plain", pid]) for pid in pids}
+    print(f"plain: {', '.join(f'{pid} {plain[pid] / args.n * 1e6:.1f} us/round' for pid in pids)}")
     for arm in ARMS[1:]:
         cells = []
-        for pid, _ in prompts:
+        for pid in pids:
             t = statistics.median(seconds[arm, pid])
             cells.append(f"{pid} {plain[pid] / t:.3f}x plain ({(t - plain[pid]) / args.n * 1e6:+.1f} us/round)")
         print(f"{arm:11s} " + "  ".join(cells))

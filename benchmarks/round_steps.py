@@ -14,11 +14,8 @@ lives in L2 between passes). Run it on an otherwise idle machine.
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -28,9 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec_gguf.decoder import SpeculativeDecoder  # noqa: E402
 from specdec_gguf.drafters import PromptLookupDrafter  # noqa: E402
-from specdec_gguf.engines.llama_cpp import LlamaCppEngine  # noqa: E402
-from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
-from specdec_gguf.tiny import write_tiny_family  # noqa: E402
+from round_overhead import arguments, tiny_target  # noqa: E402  (the same model, prompts and flags)
 
 STEPS = {"schedule": ("plain_rounds", "next_k", "budget", "choose", "observe"), "drafter": ("propose", "accept")}
 
@@ -62,35 +57,28 @@ def _timed(name: str, call: Callable[..., Any], calls: dict[str, list[float]], s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("-n", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=30)
-    args = parser.parse_args()
+    args = arguments(__doc__, threads=2)
     calls: dict[str, dict[str, list[float]]] = {"plain": defaultdict(list), "adaptive": defaultdict(list)}
-    with tempfile.TemporaryDirectory(prefix="specdec-steps-") as tmp:
-        os.environ["SPECDEC_CACHE_DIR"] = tmp  # profiles and calibrations of throw-away models: not the user's cache
-        family = write_tiny_family(tmp)
-        with LlamaCppEngine(family.target, n_ctx=2048, n_threads=args.threads) as target:
-            prompts = [target.tokenize(text) for pid, _, text in PROMPT_SETS["default"] if pid in ("story", "explain")]
-            SpeculativeDecoder(target, PromptLookupDrafter()).generate(prompts[0], 16, ignore_eog=True)  # warm up
-            real_pass = target.forward_proposal
-            for rep in range(args.repeats):
-                for tokens in prompts:
-                    for arm in ("plain", "adaptive") if rep % 2 == 0 else ("adaptive", "plain"):
-                        mine = calls[arm]
-                        decoder = SpeculativeDecoder(target, None if arm == "plain" else PromptLookupDrafter())
-                        _Round.consulted = False
-                        target.forward_proposal = _timed("target pass", real_pass, mine, _Round)  # type: ignore[method-assign]
-                        if arm == "adaptive":
-                            for owner, names in STEPS.items():
-                                obj = decoder.schedule if owner == "schedule" else decoder.drafter
-                                for name in names:
-                                    setattr(obj, name, _timed(f"{owner}.{name}", getattr(obj, name), mine, _Round))
-                        try:
-                            decoder.generate(tokens, args.n, ignore_eog=True)
-                        finally:
-                            del target.forward_proposal  # (the class's method again)
+    with tiny_target(args.threads) as (target, tokenized):
+        prompts = [tokens for _, tokens in tokenized]
+        SpeculativeDecoder(target, PromptLookupDrafter()).generate(prompts[0], 16, ignore_eog=True)  # warm up
+        real_pass = target.forward_proposal
+        for rep in range(args.repeats):
+            for tokens in prompts:
+                for arm in ("plain", "adaptive") if rep % 2 == 0 else ("adaptive", "plain"):
+                    mine = calls[arm]
+                    decoder = SpeculativeDecoder(target, None if arm == "plain" else PromptLookupDrafter())
+                    _Round.consulted = False
+                    target.forward_proposal = _timed("target pass", real_pass, mine, _Round)  # type: ignore[method-assign]
+                    if arm == "adaptive":
+                        for owner, names in STEPS.items():
+                            obj = decoder.schedule if owner == "schedule" else decoder.drafter
+                            for name in names:
+                                setattr(obj, name, _timed(f"{owner}.{name}", getattr(obj, name), mine, _Round))
+                    try:
+                        decoder.generate(tokens, args.n, ignore_eog=True)
+                    finally:
+                        del target.forward_proposal  # (the class's method again)
     print(f"tiny F32 pair, {args.threads} thread(s), {args.n} tokens, open prompts, {args.repeats} repeats: "
           "microseconds per call, median / mean (calls)")
     for arm, steps in calls.items():

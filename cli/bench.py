@@ -21,7 +21,7 @@ from specdec_gguf.prompts import PROMPT_SETS
 from specdec_gguf.settings import DrafterSettings, EngineSettings
 
 from .common import err_console, exact_flag, exactness_json, handle_errors, report_exactness, stdout_is_tty
-from .options import MinPOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt
+from .options import MinPOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt, sampling_params
 
 BAR = 30
 PEERS = ("llama-cpp-python", "llama.cpp")
@@ -144,9 +144,7 @@ def bench(
             raise ConfigError(f"--peer {p!r} must be one of {list(PEERS)}")
     # Every strategy samples with these (sampled outputs are not compared with plain decoding's);
     # the peers decode greedily only.
-    sampling = SamplingParams(**{name: value for name, value in (
-        ("temperature", temp), ("top_k", top_k), ("top_p", top_p), ("min_p", min_p), ("seed", seed))
-        if value is not None})  # (validates)
+    sampling = sampling_params(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     if peers and not sampling.greedy:
         raise ConfigError(f"--peer runs greedy decoding only; drop it or --temp {temp}")
     if prompt_set not in PROMPT_SETS:

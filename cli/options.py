@@ -68,6 +68,13 @@ def _given(**values: object) -> dict[str, object]:
     return {k: v for k, v in values.items() if v is not None}
 
 
+def sampling_params(*, temp: float | None, top_k: int | None, top_p: float | None, min_p: float | None,
+                    seed: int | None, base: SamplingParams | None = None) -> SamplingParams:
+    """The sampling flags given, over ``base`` (a config's [sampling] table) or the defaults; validated."""
+    return dataclasses.replace(base or SamplingParams(), **_given(
+        temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed))
+
+
 def _engine_settings(base: EngineSettings | None, model: Path, **flags: object) -> EngineSettings:
     """One engine's settings: flags over the config's table over the defaults (EngineSettings validates)."""
     given = _given(**flags)
@@ -132,8 +139,8 @@ def resolve_settings(*, model: ModelOpt = None, draft_model: DraftModelOpt = Non
         ngram_max=ngram_max, ngram_min=ngram_min))
     if drafter.kind == "draft-model" and draft is None:
         raise ConfigError("drafter 'draft-model' needs -md/--draft-model or a [draft] table")
-    sampling = dataclasses.replace(cfg_run.sampling if cfg_run else SamplingParams(), **_given(
-        temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed))
+    sampling = sampling_params(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+                               base=cfg_run.sampling if cfg_run else None)
     n = max_tokens if max_tokens is not None else (cfg_run.max_tokens if cfg_run else None)
     if n is not None and n < 1:
         raise ConfigError(f"--max-tokens {n} must be >= 1")

@@ -95,12 +95,11 @@ class LlamaCppPeer:
                 raise EngineError(f"{self.binary}: {err}") from None
             log = done.stdout + done.stderr
             speed = _SPEED.search(log)
-            if speed is None and done.returncode == 0 and attempt < LOST_LOG_RETRIES:
-                continue
-            if done.returncode != 0 or speed is None:
+            if done.returncode == 0 and speed is not None:
+                break
+            if done.returncode != 0 or attempt == LOST_LOG_RETRIES:
                 tail = (log.strip().splitlines() or ["no output"])[-1]
                 raise EngineError(f"{self.name} failed (exit {done.returncode}): {tail}")
-            break
         drafted, accepted = _DRAFTED.search(log), _ACCEPT.search(log)
         return PeerRun(tokens=int(speed.group(1)), throughput=float(speed.group(3)),
                        drafted=int(drafted.group(1)) if drafted else 0, accepted=int(accepted.group(1)) if accepted else 0)
