@@ -24,14 +24,16 @@ class GainGuard:
     themselves), drafting pauses for ``first_pause`` rounds, doubling up to ``max_pause``.
     The last ``quiet_rounds`` rounds (at most ``window``) verifying nothing pause as soon as they
     lost more than ``tolerance`` each: what they lost is measured drafting time, with no bet's
-    noise in it; after such a pause, ``quiet_rounds`` new ones.
+    noise in it; such a pause lasts at least ``quiet_pause`` rounds, and after it ``quiet_rounds``
+    new ones are needed.
     """
 
     def __init__(self, *, window: int, min_rounds: int, tolerance: float, slack: float, first_pause: int,
-                 max_pause: int, quiet_rounds: int | None = None) -> None:
+                 max_pause: int, quiet_rounds: int | None = None, quiet_pause: int | None = None) -> None:
         self.min_rounds, self.tolerance, self.slack = min_rounds, tolerance, slack
         self.quiet_rounds = window if quiet_rounds is None else min(quiet_rounds, window)
         self.first_pause, self.max_pause = first_pause, max_pause
+        self.quiet_pause = first_pause if quiet_pause is None else quiet_pause
         self._plain_times: deque[float] = deque(maxlen=16)  # seconds of recent rounds that verified nothing
         self._plain_round: float | None = None  # their median, recomputed after every 8 new ones
         self._plain_new = 0  # plain rounds since the median was computed
@@ -103,8 +105,8 @@ class GainGuard:
         loss = -sum(self._gains) - self.tolerance * len(self._gains)
         if quiet_loss or (loss > self.slack and (sum(self._verified) >= self.min_rounds
                                                   or loss > self.slack * len(self._gains) / 8)):
-            self._pause = self._interval
-            self._interval = min(2 * self._interval, self.max_pause)
+            self._pause = min(max(self._interval, self.quiet_pause), self.max_pause) if quiet_loss else self._interval
+            self._interval = min(2 * self._pause, self.max_pause)
             # The next pause on quiet rounds needs new ones: a copy that began meanwhile shows in them
             # (a drafter backing off after misses may skip the first rounds it is asked).
             self._quiet = 0

@@ -99,6 +99,11 @@ class ScheduleConstants:
     # test fails 4 times in 6) for ~0.7% more speed. A costly drafter's looks are limited by
     # probe_share and teach its calibration: a full window for them.
     guard_quiet_rounds: int = 8
+    # A pause for such quiet rounds lasts at least this long (doubling from there): they lost only the
+    # searches' time, and pauses as short as a lost bet's (probe_interval) left a third of a short
+    # answer consulting: a tiny F32 model (a search ~11% of a round) lost 5% of a 64-token answer
+    # with 8, 3.4% with 16. A copy that starts meanwhile is found at most one pause later.
+    guard_quiet_pause: int = 16
     # Declined prompt-lookup proposals teach the calibration only when their first token's bucket is
     # within this of what may be verified (see observe).
     unverified_band: float = 0.1
@@ -256,7 +261,8 @@ class AdaptiveSchedule:
         self._first_proposal = True  # no proposal yet in this generation (see observe)
         self.guard = GainGuard(window=c.guard_window, min_rounds=c.guard_min_rounds, tolerance=c.guard_tolerance,
                                slack=c.guard_slack, first_pause=c.probe_interval, max_pause=c.guard_max_pause,
-                               quiet_rounds=c.guard_quiet_rounds if free_drafter else c.guard_window)
+                               quiet_rounds=c.guard_quiet_rounds if free_drafter else c.guard_window,
+                               quiet_pause=c.guard_quiet_pause if free_drafter else c.probe_interval)
         self._greedy = True  # the policy of the latest round (what next_k plans for)
         self._budgets = {g: None if self._slot_buckets[g] else DraftBudget(self, self.models[g]) for g in (True, False)}
 

@@ -58,9 +58,9 @@ def test_the_switch_is_learned_from_plain_steps_after_verify_passes():
     assert schedule.verify_cost(1) == pytest.approx(1 * MS, rel=0.05)
 
 
-def _guard(quiet_rounds: int | None = None) -> GainGuard:
+def _guard(quiet_rounds: int | None = None, quiet_pause: int | None = None) -> GainGuard:
     return GainGuard(window=24, min_rounds=8, tolerance=0.02, slack=2.0, first_pause=8, max_pause=64,
-                     quiet_rounds=quiet_rounds)
+                     quiet_rounds=quiet_rounds, quiet_pause=quiet_pause)
 
 
 @pytest.mark.parametrize("after", [1.0, 1.8])
@@ -97,15 +97,19 @@ def test_searches_that_never_verify_pause_once_they_cost_more_than_the_tolerance
     assert paused_at == pauses_at
 
 
-def test_after_a_pause_a_new_quiet_round_is_needed_and_the_pauses_double():
+@pytest.mark.parametrize("quiet_pause, expected", [(None, [(8, 8), (8, 16), (8, 32)]),
+                                                   (16, [(8, 16), (8, 32), (8, 64)])])
+def test_after_a_pause_a_new_quiet_round_is_needed_and_the_pauses_double(quiet_pause, expected):
     """Searches that keep losing: 8 rounds, a pause of 8; then 8 new rounds (a copy that began during the
-    pause is found in them, though a drafter backing off skips up to 2), a pause of 16; then 32. Fails if
-    the first round after a pause re-paused on the old rounds' evidence (a tiny model's repetitive output
-    went undrafted for 200 tokens: test_calibrations), or if the pauses stopped doubling."""
-    guard = _guard(8)
+    pause is found in them, though a drafter backing off skips up to 2), a pause of 16; then 32. With a
+    longer first quiet pause (the schedule's for prompt lookup: 16), the pauses double from there. Fails
+    if the first round after a pause re-paused on the old rounds' evidence (a tiny model's repetitive
+    output went undrafted for 200 tokens: test_calibrations), if the pauses stopped doubling, or if
+    the quiet pause were ignored."""
+    guard = _guard(8, quiet_pause)
     guard.record(0, 1, 0.0, 1 * MS, after_verify=False)
     searching, pauses, paused_for = 0, [], 0
-    for _ in range(120):
+    for _ in range(160):
         if guard.paused():
             paused_for += 1
             continue
@@ -115,7 +119,22 @@ def test_after_a_pause_a_new_quiet_round_is_needed_and_the_pauses_double():
         guard.asked()
         guard.record(0, 1, 0.04 * MS, 1 * MS, after_verify=False)
         searching += 1
-    assert pauses[:3] == [(8, 8), (8, 16), (8, 32)]
+    assert pauses[:3] == expected
+
+
+def test_a_lost_bet_pauses_for_the_first_pause_even_with_a_longer_quiet_pause():
+    """The quiet pause is for searches that cost time and found nothing; rounds whose verified bets lost
+    (1 token in 1.5 plain steps, 12 times) pause for the first pause, 8, as before. Fails if the quiet
+    pause applied to every verdict (a copy with frequent edits then waited 16 rounds: 0.97x -> 0.95x
+    plain in the simulation)."""
+    guard = _guard(8, quiet_pause=16)
+    guard.record(0, 1, 0.0, 1 * MS, after_verify=False)
+    for _ in range(12):
+        guard.asked()
+        guard.record(2, 1, 0.0, 1.5 * MS, after_verify=False)
+        if guard.paused():
+            break
+    assert 1 + guard.claim_pause() == 8
 
 
 def test_a_draft_proposal_costs_a_start_and_a_price_per_token():
