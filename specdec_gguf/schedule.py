@@ -254,6 +254,7 @@ class AdaptiveSchedule:
         self._rounds_since_plain = 0
         self._full_streak = 0
         self._rounds_since_draft = 0
+        self._untaken = 0  # committed tokens a draft model has not taken in: its next proposal's catch-up
         self._probe_interval = c.probe_interval
         self._probing = False  # this round drafts only to look (a costly drafter that doesn't pay)
         self._unaffordable_until = 0.0  # rounds since the last draft before which no look is affordable
@@ -278,6 +279,7 @@ class AdaptiveSchedule:
         profile = self._verify.profile
         self._unvouched = profile is not None and not profile.vouches_at(context)
         self._first_proposal = True
+        self._untaken = 0  # (the drafter's start takes the prompt in)
         if self.free_drafter:
             self.min_confidence()  # (what prompt lookup's first search asks)
 
@@ -374,6 +376,8 @@ class AdaptiveSchedule:
             self._start_value = self._first_token_value()
         if self._start_value > self.c.draft_margin:
             self._probe_interval = self.c.probe_interval
+            if self._untaken and not self._catch_up_pays(room, costs[0]):
+                return 0
             self.guard.asked()
             return self.k_max
         if (self._look_again or self._rounds_since_draft >= self._probe_interval and self._probe_affordable(costs[0])) \
@@ -383,6 +387,18 @@ class AdaptiveSchedule:
             self.guard.asked()
             return self.k_max
         return 0
+
+    def _catch_up_pays(self, room: int, plain_step: float) -> bool:
+        """Whether what drafting gains over the ``room`` left pays for the draft catching up first on the
+        tokens committed since it last drafted. Drafting can come to pay after a stretch of plain steps
+        (the costs refitted at a long context), and the catch-up is then far above a round's price: a
+        small Q8_0 draft took 9 ms, 11 plain steps, for 57 tokens after a 380-token prompt, with 6
+        rounds left (a 64-token answer 17% slower)."""
+        price = self.draft_price.catch_up(self._untaken)
+        if price is None:
+            return True  # (unknown: drafting tells)
+        value = self._start_value or 0.0  # tokens a round gains, each round giving about 1 + value
+        return value * room / (1.0 + value) >= price / plain_step
 
     def _probe_affordable(self, plain_step: float) -> bool:
         """Whether a look now costs at most ``probe_share`` of the plain rounds since the last one."""
@@ -544,8 +560,9 @@ class AdaptiveSchedule:
             first_matched >= self.min_confidence() if isinstance(first_matched, float) else bool(first_matched)))
         if drafted == 0:
             self._rounds_since_draft += 1
+            self._untaken += generated
             return
-        self._rounds_since_draft = 0
+        self._rounds_since_draft = self._untaken = 0
         self._start_value = self._potential_cache = None  # drafted: price and first tokens moved
         self._unaffordable_until = 0.0
         if not self.free_drafter and draft_seconds > 0:

@@ -185,6 +185,23 @@ def test_a_costly_drafter_does_not_look_again_when_the_generation_is_nearly_done
     assert schedule.next_k(schedule.c.look_room + 1) == 8  # with room, it looks
 
 
+@pytest.mark.parametrize("plain_steps, room, drafts", [(57, 6, False), (57, 200, True), (0, 6, True)])
+def test_drafting_that_pays_starts_only_if_the_room_left_earns_back_the_draft_catching_up(plain_steps, room, drafts):
+    """Drafting pays (sure tokens, a cheap draft), but the draft last saw the context ``plain_steps``
+    tokens ago (a pause, or a stretch before the costs said drafting pays): its first pass must take
+    them in, here 0.3 + 57 * 0.15 ms, 9 plain steps, which 6 rounds can't earn back and 200 can.
+    Negative controls: with room, or with nothing to catch up on (right after the prompt), it drafts.
+    Fails if the catch-up were not priced (a tiny Q8_0 pair's 64-token answers: 0.86x plain)."""
+    target = CostProfile({1: 1 * MS, 2: 1.1 * MS, 3: 1.2 * MS, 5: 1.4 * MS, 9: 1.8 * MS})
+    draft = CostProfile({1: 0.3 * MS, 2: 0.45 * MS})
+    schedule = AdaptiveSchedule(8, target_costs=target, draft_costs=draft, priors={True: [0.9], False: [0.9]})
+    schedule.start(20)
+    assert schedule.next_k(1000) == 8  # drafting pays
+    for _ in range(plain_steps):  # rounds the decoder ran as plain steps (and then told the schedule)
+        schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 1 * MS)
+    assert (schedule.next_k(room) == 8) == drafts
+
+
 @pytest.mark.parametrize("catch_up, first_look", [(128, 207), (32, 63), (None, None)])
 def test_a_draft_whose_look_costs_too_much_is_not_probed(catch_up, first_look):
     """The same, with a draft a third as costly as the target: catching up on the tokens since the last
