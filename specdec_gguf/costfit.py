@@ -11,7 +11,7 @@ import math
 import statistics
 from collections import deque
 
-from .profile import CostProfile
+from .profile import CONTEXT_TOKENS, CostProfile
 
 
 class VerifyCosts:
@@ -155,11 +155,17 @@ class DraftPrice:
         scale = statistics.median(self._window)
         self.start, self.per_token = scale * start, scale * per_token
 
-    def catch_up(self, tokens: int) -> float | None:
-        """Seconds to take in ``tokens`` committed tokens and draft one (None: no profile to say)."""
+    def catch_up(self, tokens: int, context: int = 0) -> float | None:
+        """Seconds to take in the last ``tokens`` of ``context`` committed tokens and draft one (None: no
+        profile to say). That pass attends to the context before them, on past the longest context the
+        profile measured (a small Q8_0 draft's 58-token pass: 2.2 ms after 16 tokens, 8.8 ms after 380,
+        priced 9.2; the curve without the context said 1.3)."""
         if self._shape is None or self.per_token is None:
             return None
+        profile: CostProfile = self.profile  # type: ignore[assignment]  (a shape comes from one)
         scale = self.per_token / self._shape[1]
-        if self.max_catch_up is not None:
-            tokens = min(tokens, self.max_catch_up)
-        return scale * self.profile.cost(tokens + 1)  # type: ignore[union-attr]
+        before = max(context - tokens, 0)
+        if self.max_catch_up is not None and tokens > self.max_catch_up:
+            tokens, before = self.max_catch_up, 0  # the drafter restarts its view on the latest tokens
+        n = tokens + 1
+        return scale * (profile.cost(n) + profile.context_slope(n) * max(before - CONTEXT_TOKENS, 0))

@@ -53,8 +53,9 @@ class ScheduleConstants:
     max_probe_interval: int = 256
     # ... and only with more than this many tokens left to generate: a look that finds drafting pays
     # needs rounds to earn its price back, and the price of catching up on a long pause after a long
-    # prompt can be far above the profile's (a small Q8_0 draft: 8 ms for 57 tokens after 380, priced
-    # 2-4 ms), so a look in a 64-token answer's last rounds cost it 14%.
+    # prompt can be far above the profile's curve (a small Q8_0 draft: 8 ms for 57 tokens after 380,
+    # 2-4 ms by the curve; DraftPrice.catch_up now adds the context's share), so a look in a 64-token
+    # answer's last rounds cost it 14%.
     look_room: int = 16
     # ... and only once the rounds since the last look make its price (the draft catching up on the
     # tokens committed since, then drafting one) at most this share of their time.
@@ -255,6 +256,7 @@ class AdaptiveSchedule:
         self._full_streak = 0
         self._rounds_since_draft = 0
         self._untaken = 0  # committed tokens a draft model has not taken in: its next proposal's catch-up
+        self._context = 0  # committed tokens in this generation's context
         self._probe_interval = c.probe_interval
         self._probing = False  # this round drafts only to look (a costly drafter that doesn't pay)
         self._unaffordable_until = 0.0  # rounds since the last draft before which no look is affordable
@@ -280,6 +282,7 @@ class AdaptiveSchedule:
         self._unvouched = profile is not None and not profile.vouches_at(context)
         self._first_proposal = True
         self._untaken = 0  # (the drafter's start takes the prompt in)
+        self._context = context
         if self.free_drafter:
             self.min_confidence()  # (what prompt lookup's first search asks)
 
@@ -394,7 +397,7 @@ class AdaptiveSchedule:
         (the costs refitted at a long context), and the catch-up is then far above a round's price: a
         small Q8_0 draft took 9 ms, 11 plain steps, for 57 tokens after a 380-token prompt, with 6
         rounds left (a 64-token answer 17% slower)."""
-        price = self.draft_price.catch_up(self._untaken)
+        price = self.draft_price.catch_up(self._untaken, self._context)
         if price is None:
             return True  # (unknown: drafting tells)
         value = self._start_value or 0.0  # tokens a round gains, each round giving about 1 + value
@@ -405,7 +408,7 @@ class AdaptiveSchedule:
         since = self._rounds_since_draft
         if since < self._unaffordable_until:
             return False
-        price = self.draft_price.catch_up(since)
+        price = self.draft_price.catch_up(since, self._context)
         if price is None or price <= self.c.probe_share * since * plain_step:
             return True  # (unknown: looking tells)
         # A look's price never falls as more rounds wait: none is affordable before this many (until
@@ -549,6 +552,7 @@ class AdaptiveSchedule:
         self._rate_tokens += weight * (generated - self._rate_tokens)
         self._rate_seconds += weight * (seconds - self._rate_seconds)
         self._rounds_since_plain = 0 if verified == 0 else self._rounds_since_plain + 1
+        self._context += generated
         drafted = len(proposal.tokens)
         self.guard.record(verified, generated, draft_seconds, verify_seconds, after_verify=after_verify)
         # A look whose first token was right looks again next round, though drafting doesn't pay on

@@ -15,6 +15,7 @@ import json
 import pytest
 
 from specdec_gguf import DraftProposal
+from specdec_gguf.costfit import DraftPrice
 from specdec_gguf.engines.simulated import TraceEngine, VirtualClock
 from specdec_gguf.guard import GainGuard
 from specdec_gguf.profile import FORMAT, CostProfile, load_cached, measure, save
@@ -183,6 +184,21 @@ def test_a_costly_drafter_does_not_look_again_when_the_generation_is_nearly_done
     assert schedule.next_k(4) == 0
     assert schedule.next_k(12) == 0
     assert schedule.next_k(schedule.c.look_room + 1) == 8  # with room, it looks
+
+
+def test_a_draft_catching_up_is_priced_at_the_context_it_attends_to():
+    """A small Q8_0 draft's profile (passes after 16 and after 128 tokens of context): a 58-token
+    catch-up after 380 tokens is priced at the curve plus the context's share of it, extrapolated past
+    the longest context measured (measured 8.8 ms, priced 9.2; 2.2 ms after 16). Past the drafter's
+    catch-up cap it restarts on the latest tokens, from an empty cache. Fails if the context were
+    ignored (1.3 ms) or capped at the profile's 128 tokens (3.7 ms)."""
+    draft = CostProfile({1: 0.137 * MS, 2: 0.240 * MS, 3: 0.289 * MS, 5: 0.411 * MS, 9: 0.478 * MS},
+                        switch_seconds=0.053 * MS, long_context=128, long_seconds={1: 0.179 * MS, 9: 0.857 * MS})
+    price = DraftPrice(draft, window=8, max_catch_up=None)
+    assert price.catch_up(57, 57 + 16) == pytest.approx(draft.cost(58))  # no context beyond the profile's own
+    assert price.catch_up(57, 57 + 380) == pytest.approx(9.2 * MS, rel=0.05)
+    capped = DraftPrice(draft, window=8, max_catch_up=32)
+    assert capped.catch_up(57, 57 + 380) == pytest.approx(draft.cost(33))
 
 
 @pytest.mark.parametrize("plain_steps, room, drafts", [(57, 6, False), (57, 200, True), (0, 6, True)])
