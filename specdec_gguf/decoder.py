@@ -16,7 +16,7 @@ from .errors import ConfigError, ContextOverflowError, SpecDecError
 from .proposal import NO_PROPOSAL, DraftProposal, VerificationPolicy
 from .sampling import SamplingParams
 from .profile import profile_for
-from .schedule import AdaptiveSchedule, DraftSchedule, FixedSchedule
+from .schedule import AdaptiveSchedule, DraftSchedule, FixedSchedule, ScheduleConstants
 from .settings import default_num_draft_tokens
 from .stats import SpecStats
 
@@ -54,8 +54,9 @@ class SpeculativeDecoder:
     (calibrations.py; ``remember=False``, or ``profile_cache=False``, neither reads nor
     writes it); ``num_draft_tokens`` is then an upper bound (default: 8
     for a draft model, 64 for prompt lookup). ``adaptive=False`` drafts and verifies a fixed
-    ``num_draft_tokens`` (default 4) every round; ``schedule`` plugs in any other
-    :class:`DraftSchedule`. Proposals shorter than ``draft_min`` are not verified.
+    ``num_draft_tokens`` (default 4) every round; ``constants`` tunes the adaptive schedule
+    (:class:`ScheduleConstants`: benchmarks compare variants with it); ``schedule`` plugs in any
+    other :class:`DraftSchedule`. Proposals shorter than ``draft_min`` are not verified.
     Greedy output equals the target's own greedy output for any drafter and k; sampling
     follows Chen et al. (2023). ``clock`` times rounds (a virtual clock in simulations).
     """
@@ -63,7 +64,7 @@ class SpeculativeDecoder:
     def __init__(self, target: SpeculativeEngine, drafter: DrafterEngine | None = None, *,
                  num_draft_tokens: int | None = None, adaptive: bool = True, draft_min: int = 0,
                  schedule: DraftSchedule | None = None, profile_cache: bool = True, remember: bool = True,
-                 clock: Callable[[], float] = perf_counter) -> None:
+                 constants: ScheduleConstants | None = None, clock: Callable[[], float] = perf_counter) -> None:
         if num_draft_tokens is None:
             kind = drafter.name if drafter is not None and drafter.name == "prompt-lookup" else "draft-model"
             num_draft_tokens = default_num_draft_tokens(kind, adaptive)
@@ -95,7 +96,8 @@ class SpeculativeDecoder:
                     draft_costs=profile_for(drafter.cost_engine, use_cache=profile_cache),
                     free_drafter=drafter.cost_engine is None, draft_catch_up=drafter.max_catch_up,
                     priors={greedy: drafter.acceptance_priors(greedy) for greedy in (True, False)},
-                    calibrations=_calibrations.recall(self._calibration_key))
+                    calibrations=_calibrations.recall(self._calibration_key),
+                    constants=constants or ScheduleConstants())
         self.schedule = schedule
 
     def generate(self, prompt_tokens: Sequence[int], max_new_tokens: int,

@@ -820,3 +820,22 @@ def test_a_profile_measured_in_one_round_gets_a_round_more_from_the_next_run(tin
 def test_in_memory_engines_have_no_profile(target):
     assert profile_for(target) is None
     assert measure(target, sizes=(1, 2)).seconds.keys() == {1, 2}  # but any engine can be timed
+
+
+def test_the_decoder_builds_its_adaptive_schedule_with_the_constants_it_is_given(tmp_path, monkeypatch):
+    """``SpeculativeDecoder(constants=...)`` tunes the adaptive schedule it builds (what
+    benchmarks/ab_constants.py compares); without it, the shipped constants. Fails if the argument
+    were dropped on the way."""
+    from specdec_gguf.decoder import SpeculativeDecoder
+    from specdec_gguf.drafters import PromptLookupDrafter
+    from specdec_gguf.engines.simulated import TraceEngine, VirtualClock
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    trace = TRACES[0]
+    clock = VirtualClock()
+    target = TraceEngine(trace.prompt + trace.output, trace.n_vocab, curve_profile("linear"), clock)
+    tuned = ScheduleConstants(guard_quiet_pause=32, margin=0.05)
+    decoder = SpeculativeDecoder(target, PromptLookupDrafter(), constants=tuned, profile_cache=False, clock=clock)
+    assert decoder.schedule.c == tuned and decoder.schedule.guard.quiet_pause == 32
+    assert SpeculativeDecoder(target, PromptLookupDrafter(), profile_cache=False, clock=clock).schedule.c == \
+        ScheduleConstants()
