@@ -105,7 +105,8 @@ class GainGuard:
         loss = -sum(self._gains) - self.tolerance * len(self._gains)
         if quiet_loss or (loss > self.slack and (sum(self._verified) >= self.min_rounds
                                                   or loss > self.slack * len(self._gains) / 8)):
-            self._pause = min(max(self._interval, self.quiet_pause), self.max_pause) if quiet_loss else self._interval
+            pause = max(self._interval, self.quiet_pause) if quiet_loss else self._interval
+            self._pause = min(pause, self.max_pause)
             self._interval = min(2 * self._pause, self.max_pause)
             # The next pause on quiet rounds needs new ones: a copy that began meanwhile shows in them
             # (a drafter backing off after misses may skip the first rounds it is asked).
