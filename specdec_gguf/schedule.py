@@ -51,14 +51,9 @@ class ScheduleConstants:
     # doubling from this many rounds up to the maximum, so a change (a copy starts) is noticed cheaply.
     probe_interval: int = 8
     max_probe_interval: int = 256
-    # ... and only with more than this many tokens left to generate: a look that finds drafting pays
-    # needs rounds to earn its price back, and the price of catching up on a long pause after a long
-    # prompt can be far above the profile's curve (a small Q8_0 draft: 8 ms for 57 tokens after 380,
-    # 2-4 ms by the curve; DraftPrice.catch_up now adds the context's share), so a look in a 64-token
-    # answer's last rounds cost it 14%.
-    look_room: int = 16
     # ... and only once the rounds since the last look make its price (the draft catching up on the
-    # tokens committed since, then drafting one) at most this share of their time.
+    # tokens committed since, then drafting one) at most this share of their time, and while what
+    # drafting could gain over the tokens left earns that price back (AdaptiveSchedule._earns_back).
     probe_share: float = 0.02
     # Without a cost profile, a plain round every this many keeps T(1) current.
     plain_refresh: int = 64
@@ -379,28 +374,30 @@ class AdaptiveSchedule:
             self._start_value = self._first_token_value()
         if self._start_value > self.c.draft_margin:
             self._probe_interval = self.c.probe_interval
-            if self._untaken and not self._catch_up_pays(room, costs[0]):
+            if self._untaken and not self._earns_back(self._start_value, room, costs[0]):
                 return 0
             self.guard.asked()
             return self.k_max
-        if (self._look_again or self._rounds_since_draft >= self._probe_interval and self._probe_affordable(costs[0])) \
-                and room > self.c.look_room and self._potential_value() > self.c.margin:
+        due = self._look_again or self._rounds_since_draft >= self._probe_interval and self._probe_affordable(costs[0])
+        potential = self._potential_value() if due else 0.0
+        if due and potential > self.c.margin and self._earns_back(potential, room, costs[0]):
             self._probe_interval = min(2 * self._probe_interval, self.c.max_probe_interval)
             self._probing = True
             self.guard.asked()
             return self.k_max
         return 0
 
-    def _catch_up_pays(self, room: int, plain_step: float) -> bool:
-        """Whether what drafting gains over the ``room`` left pays for the draft catching up first on the
-        tokens committed since it last drafted. Drafting can come to pay after a stretch of plain steps
-        (the costs refitted at a long context), and the catch-up is then far above a round's price: a
-        small Q8_0 draft took 9 ms, 11 plain steps, for 57 tokens after a 380-token prompt, with 6
-        rounds left (a 64-token answer at 0.86x plain)."""
+    def _earns_back(self, value: float, room: int, plain_step: float) -> bool:
+        """Whether drafting that gains ``value`` tokens a round (each round giving about 1 + value) over
+        the ``room`` left pays for the draft catching up first on the tokens committed since it last
+        drafted. After a stretch of plain steps that catch-up is far above a round's price: a small
+        Q8_0 draft took 9 ms, 11 plain steps, for 57 tokens after a 380-token prompt. Drafting that came
+        to pay (the costs refitted at a long context) with 6 rounds left ran a 64-token answer at 0.86x
+        plain; a look in such an answer's last rounds cost it 14%. A look is judged by what drafting
+        could gain if every drafted token were accepted, drafting by its expected value."""
         price = self.draft_price.catch_up(self._untaken, self._context)
         if price is None:
             return True  # (unknown: drafting tells)
-        value = self._start_value or 0.0  # tokens a round gains, each round giving about 1 + value
         return value * room / (1.0 + value) >= price / plain_step
 
     def _probe_affordable(self, plain_step: float) -> bool:
