@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 import statistics
 import sys
@@ -29,13 +28,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from specdec_gguf.benchmark import geomean  # noqa: E402
 from specdec_gguf.decoder import SpeculativeDecoder  # noqa: E402
 from specdec_gguf.factory import make_drafter, open_engine  # noqa: E402
 from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
 from specdec_gguf.schedule import ScheduleConstants  # noqa: E402
 from specdec_gguf.settings import DrafterSettings, EngineSettings  # noqa: E402
-from specdec_gguf.tiny import write_tiny_family  # noqa: E402
-from matrix import TINY  # noqa: E402
+from matrix import TINY, write_case  # noqa: E402
 
 
 def parse_variant(spec: str) -> tuple[str, ScheduleConstants]:
@@ -69,9 +68,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["SPECDEC_CACHE_DIR"] = str(Path(tmp) / "cache")  # (read when a decoder is made)
         if args.case in TINY:
-            layers, draft_layers, gain, shape, dtype = TINY[args.case]
-            family = write_tiny_family(Path(tmp) / args.case, target_layers=layers, draft_layers=draft_layers,
-                                       gain=gain, shape=shape, dtype=dtype)
+            family = write_case(args.case, Path(tmp) / args.case)
             target_path, draft_path = family.target, family.draft
         else:
             target_path, draft_path = Path(args.case), args.draft
@@ -108,8 +105,7 @@ def main() -> None:
           "plain / arm (median seconds per prompt)")
     for arm in arms[1:]:
         ratios = [statistics.median(seconds["plain", pid]) / statistics.median(seconds[arm, pid]) for pid, _ in prompts]
-        geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
-        print(f"  {arm:<10} {geomean:.3f}  (worst {min(ratios):.3f}) "
+        print(f"  {arm:<10} {geomean(ratios):.3f}  (worst {min(ratios):.3f}) "
               + " ".join(f"{pid}={r:.3f}" for (pid, _), r in zip(prompts, ratios)))
 
 

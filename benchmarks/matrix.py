@@ -32,7 +32,7 @@ from specdec_gguf.peers import NGRAM_MODES, LlamaCppPeer  # noqa: E402
 from specdec_gguf.factory import open_engine  # noqa: E402
 from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
 from specdec_gguf.settings import DrafterSettings, EngineSettings  # noqa: E402
-from specdec_gguf.tiny import TinyShape, write_tiny_family  # noqa: E402
+from specdec_gguf.tiny import TinyFamily, TinyShape, write_tiny_family  # noqa: E402
 
 TINY = {  # name: (target layers, draft layers, gain, shape, dtype)
     "tiny-f32": (4, 1, 0.25, TinyShape(), "f32"),
@@ -40,6 +40,13 @@ TINY = {  # name: (target layers, draft layers, gain, shape, dtype)
     "tiny-mid-q8": (6, 2, 0.3, TinyShape(n_embd=256, n_head=4, n_ff=768), "q8_0"),
     "tiny-big-q8": (12, 1, 0.06, TinyShape(n_embd=1024, n_head=16, n_ff=2816), "q8_0"),
 }
+
+
+def write_case(name: str, folder: Path) -> TinyFamily:
+    """Write the tiny family ``name`` of TINY into ``folder`` (its target and draft GGUF files)."""
+    layers, draft_layers, gain, shape, dtype = TINY[name]
+    return write_tiny_family(folder, target_layers=layers, draft_layers=draft_layers, gain=gain, shape=shape,
+                             dtype=dtype)
 
 
 def strategies(kind: str, ks: list[int]) -> list[Strategy]:
@@ -111,11 +118,10 @@ def main() -> None:
     only = set(args.only.split(",")) if args.only else None
     rows = []
     with tempfile.TemporaryDirectory(prefix="specdec-matrix-") as tmp:
-        for name, (tl, dl, gain, shape, dtype) in TINY.items():
+        for name in TINY:
             if only and name not in only:
                 continue
-            family = write_tiny_family(Path(tmp) / name, target_layers=tl, draft_layers=dl, gain=gain,
-                                       shape=shape, dtype=dtype)
+            family = write_case(name, Path(tmp) / name)
             for t in threads:
                 for n in lengths:
                     peers = []

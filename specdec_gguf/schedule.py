@@ -379,8 +379,8 @@ class AdaptiveSchedule:
             self.guard.asked()
             return self.k_max
         due = self._look_again or self._rounds_since_draft >= self._probe_interval and self._probe_affordable(costs[0])
-        potential = self._potential_value() if due else 0.0
-        if due and potential > self.c.margin and self._earns_back(potential, room, costs[0]):
+        if due and self._potential_value() > self.c.margin \
+                and self._earns_back(self._potential_value(), room, costs[0]):  # (the value is cached)
             self._probe_interval = min(2 * self._probe_interval, self.c.max_probe_interval)
             self._probing = True
             self.guard.asked()
