@@ -12,8 +12,10 @@ import pytest
 from specdec_gguf import SpeculativeDecoder, calibrations
 from specdec_gguf.confidence import AcceptanceModel
 from specdec_gguf.drafters import AutoregressiveDrafter, PromptLookupDrafter
+from specdec_gguf.engines.simulated import TraceEngine, VirtualClock
 from specdec_gguf.errors import ConfigError
 from specdec_gguf.profile import profile_for
+from specdec_gguf.simulation import curve_profile, synthetic_traces
 
 PRIORS = [0.1, 0.3, 0.6, 0.9]
 
@@ -138,60 +140,75 @@ def test_the_key_names_both_models_and_the_drafter(tiny_engines):
     assert named["draft"] == draft.profile_key and named["target"] == target.profile_key
 
 
-N = 200  # tokens: enough rounds on this prompt for the lookup's calibration to learn from
+# A target that plays back a trace with long copies (the simulation's copy-edit), on a virtual clock:
+# the schedule sees the same outcomes on every machine. (A tiny random model's greedy text repeats
+# itself or not depending on the CPU's float rounding: on one CI machine it never did, and nothing
+# was proposed.) Such a target can't name itself, so the tests name the pair for it.
+TRACE = next(t for t in synthetic_traces() if t.id == "copy-edit-0.01")
+N = 200  # tokens: enough rounds on this trace for the lookup's calibration to learn from
+KEY = "copy-edit trace against prompt lookup"
 
 
-def _repetitive_prompt(target) -> list[int]:
-    return target.tokenize("one two three four five six seven eight nine ten " * 6)
+@pytest.fixture
+def trace_target(monkeypatch):
+    """A fresh copy-edit target per call; the pair is named KEY (calibrations.pair_key)."""
+    monkeypatch.setattr(calibrations, "pair_key", lambda target, drafter: KEY)
+
+    def make() -> tuple[TraceEngine, VirtualClock]:
+        clock = VirtualClock()
+        return TraceEngine(TRACE.prompt + TRACE.output, TRACE.n_vocab, curve_profile("gpu-like"), clock), clock
+
+    return make
 
 
-def test_a_decoder_passes_what_it_learned_to_the_next(tiny_engines):
-    target, _ = tiny_engines
-    prompt = _repetitive_prompt(target)
-    plain = SpeculativeDecoder(target).generate(prompt, N, ignore_eog=True).tokens
-    first = SpeculativeDecoder(target, PromptLookupDrafter())
+def _lookup_decoder(trace_target, **options) -> SpeculativeDecoder:
+    target, clock = trace_target()
+    return SpeculativeDecoder(target, PromptLookupDrafter(), clock=clock, **options)
+
+
+def test_a_decoder_passes_what_it_learned_to_the_next(trace_target):
+    first = _lookup_decoder(trace_target)
     assert first.schedule.models[True].calibration == (0.0, 1.0, 0.0, 0.0)  # nothing remembered yet
-    out = first.generate(prompt, N, ignore_eog=True)
-    assert out.tokens == plain  # remembering never changes the output
+    out = first.generate(TRACE.prompt, N, ignore_eog=True)
+    assert out.tokens == TRACE.output[:N]  # remembering never changes the output
     learned = first.schedule.models[True].calibration
     assert first.schedule.models[True].outcomes >= calibrations.MIN_OBSERVATIONS
-    key = calibrations.pair_key(target, PromptLookupDrafter())
-    assert calibrations.recall(key) == {True: pytest.approx(learned)}
-    second = SpeculativeDecoder(target, PromptLookupDrafter())
+    assert learned != (0.0, 1.0, 0.0, 0.0)  # (else the check below could not tell a write from none)
+    assert calibrations.recall(KEY) == {True: pytest.approx(learned)}
+    second = _lookup_decoder(trace_target)
     assert second.schedule.models[True].centre == pytest.approx(learned)
-    assert second.generate(prompt, N, ignore_eog=True).tokens == plain
+    assert second.generate(TRACE.prompt, N, ignore_eog=True).tokens == TRACE.output[:N]
 
 
-def test_without_the_cache_nothing_is_read_or_written(tiny_engines):
-    target, _ = tiny_engines
-    prompt = _repetitive_prompt(target)
-    SpeculativeDecoder(target, PromptLookupDrafter(), profile_cache=False).generate(prompt, N, ignore_eog=True)
+def test_without_the_cache_nothing_is_read_or_written(trace_target):
+    _lookup_decoder(trace_target, profile_cache=False).generate(TRACE.prompt, N, ignore_eog=True)
     assert not calibrations.store_dir().exists() or not any(calibrations.store_dir().iterdir())
-    key = calibrations.pair_key(target, PromptLookupDrafter())
-    calibrations.remember(key, {True: (1.5, 1.0, 0.0, 0.0)})
-    cold = SpeculativeDecoder(target, PromptLookupDrafter(), profile_cache=False)
-    assert cold.schedule.models[True].centre == (0.0, 1.0, 0.0, 0.0)
+    calibrations.remember(KEY, {True: (1.5, 1.0, 0.0, 0.0)})
+    assert _lookup_decoder(trace_target, profile_cache=False).schedule.models[True].centre == (0.0, 1.0, 0.0, 0.0)
 
 
-def test_a_generation_that_learned_little_leaves_the_store_alone(tiny_engines):
-    target, _ = tiny_engines
-    decoder = SpeculativeDecoder(target, PromptLookupDrafter())
-    decoder.generate(_repetitive_prompt(target), 2, ignore_eog=True)  # one or two rounds: a guess
+def test_a_generation_that_learned_little_leaves_the_store_alone(trace_target):
+    decoder = _lookup_decoder(trace_target)
+    decoder.generate(TRACE.prompt, 2, ignore_eog=True)  # one or two rounds: a guess
     assert decoder.schedule.models[True].outcomes < calibrations.MIN_OBSERVATIONS
-    assert calibrations.recall(calibrations.pair_key(target, PromptLookupDrafter())) == {}
+    assert calibrations.recall(KEY) == {}
 
 
-def test_remember_false_keeps_the_profiles_but_not_the_calibration(tiny_engines):
+def test_remember_false_neither_reads_nor_writes_the_calibration(trace_target):
+    calibrations.remember(KEY, {True: (1.5, 1.0, 0.0, 0.0)})
+    fresh = _lookup_decoder(trace_target, remember=False)
+    assert fresh.schedule.models[True].centre == (0.0, 1.0, 0.0, 0.0)
+    fresh.generate(TRACE.prompt, N, ignore_eog=True)
+    assert fresh.schedule.models[True].outcomes >= calibrations.MIN_OBSERVATIONS  # it had something to write
+    assert calibrations.recall(KEY) == {True: (1.5, 1.0, 0.0, 0.0)}  # nothing written
+    assert _lookup_decoder(trace_target).schedule.models[True].centre == (1.5, 1.0, 0.0, 0.0)
+
+
+def test_remember_false_still_uses_the_cached_profiles(tiny_engines):
     target, _ = tiny_engines
-    key = calibrations.pair_key(target, PromptLookupDrafter())
-    calibrations.remember(key, {True: (1.5, 1.0, 0.0, 0.0)})
     profile_for(target)  # (measured and cached once, if no earlier test did)
     fresh = SpeculativeDecoder(target, PromptLookupDrafter(), remember=False)
-    assert fresh.schedule.models[True].centre == (0.0, 1.0, 0.0, 0.0)
-    assert fresh.schedule.profile is not None and fresh.schedule.profile.from_cache  # profiles still cached
-    fresh.generate(_repetitive_prompt(target), N, ignore_eog=True)
-    assert calibrations.recall(key) == {True: (1.5, 1.0, 0.0, 0.0)}  # nothing written either
-    assert SpeculativeDecoder(target, PromptLookupDrafter()).schedule.models[True].centre == (1.5, 1.0, 0.0, 0.0)
+    assert fresh.schedule.profile is not None and fresh.schedule.profile.from_cache
 
 
 def test_only_what_rests_on_enough_new_outcomes_is_kept():
