@@ -8,8 +8,8 @@ CASE: a tiny family of benchmarks/matrix.py (tiny-f32, tiny-wide, tiny-mid-q8, t
 to a temporary folder) or a target GGUF path (``--draft`` for its draft model). A variant replaces
 fields of ``ScheduleConstants`` (``--variant old:guard_quiet_pause=8``); ``--k`` adds fixed-k arms.
 
-Arms are interleaved (their order reversed every other repeat), each trial with a fresh decoder as
-`specdec run` starts, on the default prompt set, with one temporary user cache (cost profiles and
+Arms are interleaved (their order rotated each repeat), each trial with a fresh decoder that prefills
+its prompt as `specdec run` starts, on the default prompt set, with one temporary user cache (cost profiles and
 remembered calibrations) for the whole run. Prints, per arm, plain's median time over the arm's
 per prompt and their geomean: the ratios the docs quote as "side by side". Run it on an otherwise
 idle machine; the tiny models' ratios move 1-2% between processes, so repeat the command.
@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec_gguf.benchmark import geomean  # noqa: E402
+from specdec_gguf.benchmark import geomean, start_afresh  # noqa: E402
 from specdec_gguf.decoder import SpeculativeDecoder  # noqa: E402
 from specdec_gguf.factory import make_drafter, open_engine  # noqa: E402
 from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
@@ -88,6 +88,7 @@ def main() -> None:
             return SpeculativeDecoder(target, make_drafter(DrafterSettings(kind=args.kind), draft),
                                       constants=variants[arm])
 
+        engines = [engine for engine in (target, draft) if engine is not None]
         prompts = [(pid, target.tokenize(text)) for pid, _, text in PROMPT_SETS["default"]]
         arms = ["plain", *(f"k={k}" for k in fixed), *variants]
         for arm in arms:  # warm up llama.cpp, measure the cost profiles once
@@ -95,12 +96,12 @@ def main() -> None:
         seconds: dict[tuple[str, str], list[float]] = defaultdict(list)
         for rep in range(args.repeats):
             for pid, tokens in prompts:
-                for arm in arms if rep % 2 == 0 else arms[::-1]:
+                for arm in arms[rep % len(arms):] + arms[:rep % len(arms)]:  # each arm first as often
+                    start_afresh(engines)
                     stats = decoder(arm).generate(tokens, args.n, ignore_eog=True).stats
                     seconds[arm, pid].append(stats.generation_seconds)
-        for engine in (draft, target):
-            if engine is not None:
-                engine.close()
+        for engine in engines:
+            engine.close()
     print(f"{args.case}, {args.kind}, {args.threads} thread(s), {args.n} tokens, {args.repeats} repeats: "
           "plain / arm (median seconds per prompt)")
     for arm in arms[1:]:

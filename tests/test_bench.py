@@ -127,6 +127,29 @@ def test_trials_are_interleaved_after_a_warm_up(tiny_engines):
     assert all(t.throughput > 0 for t in trials)
 
 
+
+@pytest.mark.parametrize("cold", [True, False])
+def test_cold_trials_each_prefill_their_prompt(tiny_engines, monkeypatch, cold):
+    """Cold, every trial starts from empty caches and prefills its prompt as `specdec run` does: a trial
+    that reused the previous one's cached prompt skipped the prefill's after-effects, so the strategy
+    first per prompt (plain) ran slower than the rest. Warm (the negative control), the caches carry over."""
+    from specdec_gguf.decoder import SpeculativeDecoder
+
+    target, draft = tiny_engines
+    generate, cached = SpeculativeDecoder.generate, []
+
+    def spy(self, prompt, *args, **kwargs):
+        cached.append((target.n_past, draft.n_past))
+        return generate(self, prompt, *args, **kwargs)
+
+    strategies = [PLAIN, Strategy("draft k=2", DrafterSettings(kind="draft-model", num_draft_tokens=2,
+                                                              adaptive=False)), LOOKUP_K2]
+    monkeypatch.setattr(SpeculativeDecoder, "generate", spy)
+    run_trials(target, draft, strategies, [("x", target.tokenize("the model is"))], 4, 2, cold=cold)
+    trials = cached[-len(strategies) * 2:]  # (after the warm-up runs)
+    assert all(state == (0, 0) for state in trials) == cold
+
+
 runner = CliRunner()
 
 
