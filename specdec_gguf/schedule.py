@@ -277,6 +277,7 @@ class AdaptiveSchedule:
         self._unvouched = profile is not None and not profile.vouches_at(context)
         self._first_proposal = True
         self._untaken = 0  # (the drafter's start takes the prompt in)
+        self._unaffordable_until = 0.0  # (a look's price was the catch-up on what it now took in)
         self._context = context
         if self.free_drafter:
             self.min_confidence()  # (what prompt lookup's first search asks)
@@ -401,11 +402,12 @@ class AdaptiveSchedule:
         return value * room / (1.0 + value) >= price / plain_step
 
     def _probe_affordable(self, plain_step: float) -> bool:
-        """Whether a look now costs at most ``probe_share`` of the plain rounds since the last one."""
+        """Whether a look now costs at most ``probe_share`` of the plain rounds since the last one (its
+        price: the draft catching up on the tokens it has not taken in, as ``_earns_back`` prices it)."""
         since = self._rounds_since_draft
         if since < self._unaffordable_until:
             return False
-        price = self.draft_price.catch_up(since, self._context)
+        price = self.draft_price.catch_up(self._untaken, self._context)
         if price is None or price <= self.c.probe_share * since * plain_step:
             return True  # (unknown: looking tells)
         # A look's price never falls as more rounds wait: none is affordable before this many (until

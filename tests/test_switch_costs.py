@@ -239,6 +239,23 @@ def test_a_draft_whose_look_costs_too_much_is_not_probed(catch_up, first_look):
     assert (looks.index(8) if 8 in looks else None) == first_look
 
 
+def test_a_warm_decoders_next_generation_looks_at_a_draft_that_took_its_prompt_in():
+    """On a warm decoder (a server, a batch) the draft takes the next prompt in with its start: a look
+    then costs one drafted token, not a catch-up on every round since the last look. The draft a third
+    as costly as the target, with no catch-up cap, is never looked at during a long generation (as
+    above); the next generation looks at once. Fails if a look were priced by the rounds since the last
+    one (then never: 300 tokens to catch up on, ~93 ms against 2% of 300 rounds, 60 ms)."""
+    target = CostProfile({1: 10 * MS, 2: 10.2 * MS, 3: 10.4 * MS, 5: 10.8 * MS, 9: 11.6 * MS})
+    draft = CostProfile({1: 3 * MS, 2: 3.3 * MS})
+    schedule = AdaptiveSchedule(8, target_costs=target, draft_costs=draft, priors={True: [0.1], False: [0.1]},
+                                draft_catch_up=None)
+    schedule.start(16)
+    for _ in range(300):
+        assert schedule.next_k(1000) == 0
+        schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 10 * MS)
+    schedule.start(16 + 300 + 20)  # the next prompt, which the draft's start took in
+    assert schedule.next_k(1000) == 8
+
 def test_the_decoder_prices_looks_with_the_drafters_own_catch_up_cap():
     from specdec_gguf import SpeculativeDecoder
     from specdec_gguf.drafters import AutoregressiveDrafter, PromptLookupDrafter
