@@ -24,14 +24,17 @@ class GainGuard:
     themselves), drafting pauses for ``first_pause`` rounds, doubling up to ``max_pause``.
     The last ``quiet_rounds`` rounds (at most ``window``) verifying nothing pause as soon as they
     lost more than ``tolerance`` each: what they lost is measured drafting time, with no bet's
-    noise in it; such a pause lasts at least ``quiet_pause`` rounds, and after it ``quiet_rounds``
-    new ones are needed.
+    noise in it; such a pause lasts at least ``quiet_pause`` rounds, and after it ``quiet_again``
+    new ones are enough (``quiet_rounds`` again once a round verified something).
     """
 
     def __init__(self, *, window: int, min_rounds: int, tolerance: float, slack: float, first_pause: int,
-                 max_pause: int, quiet_rounds: int | None = None, quiet_pause: int | None = None) -> None:
+                 max_pause: int, quiet_rounds: int | None = None, quiet_pause: int | None = None,
+                 quiet_again: int | None = None) -> None:
         self.min_rounds, self.tolerance, self.slack = min_rounds, tolerance, slack
         self.quiet_rounds = window if quiet_rounds is None else min(quiet_rounds, window)
+        self.quiet_again = self.quiet_rounds if quiet_again is None else min(quiet_again, self.quiet_rounds)
+        self._quiet_needed = self.quiet_rounds  # quiet rounds that make the next verdict
         self.first_pause, self.max_pause = first_pause, max_pause
         self.quiet_pause = first_pause if quiet_pause is None else quiet_pause
         self._plain_times: deque[float] = deque(maxlen=16)  # seconds of recent rounds that verified nothing
@@ -94,12 +97,14 @@ class GainGuard:
         self._gains.append(score)
         self._verified.append(verified > 0)
         self._quiet = 0 if verified else self._quiet + 1
+        if verified:
+            self._quiet_needed = self.quiet_rounds  # (the drafter was worth asking: a whole window again)
         # A verdict needs evidence: the last rounds verifying nothing (their loss is the drafter's
         # measured time, not a bet's noisy outcome, so no slack: a lookup's search on a tiny model,
         # 4-8% of each round), or, over at least min_rounds, several verified rounds or proposals
         # that cost a lot by themselves.
-        quiet_loss = self._quiet >= self.quiet_rounds and \
-            -sum(islice(reversed(self._gains), self.quiet_rounds)) > self.tolerance * self.quiet_rounds
+        needed = self._quiet_needed
+        quiet_loss = self._quiet >= needed and -sum(islice(reversed(self._gains), needed)) > self.tolerance * needed
         if not quiet_loss and len(self._gains) < self.min_rounds:
             return
         loss = -sum(self._gains) - self.tolerance * len(self._gains)
@@ -108,8 +113,11 @@ class GainGuard:
             pause = max(self._interval, self.quiet_pause) if quiet_loss else self._interval
             self._pause = min(pause, self.max_pause)
             self._interval = min(2 * self._pause, self.max_pause)
-            # The next pause on quiet rounds needs new ones: a copy that began meanwhile shows in them
-            # (a drafter backing off after misses may skip the first rounds it is asked).
+            # The next pause on quiet rounds needs new ones: a copy that began meanwhile shows in them.
+            # After quiet rounds fewer: the drafter already showed it finds nothing here, and its first
+            # search after a pause looks at everything the pause wrote.
             self._quiet = 0
+            if quiet_loss:
+                self._quiet_needed = self.quiet_again
         elif loss <= 0:
             self._interval = self.first_pause  # drafting pays again: the next pause starts short

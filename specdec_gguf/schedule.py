@@ -100,6 +100,10 @@ class ScheduleConstants:
     # answer consulting: a tiny F32 model (a search ~11% of a round) lost 5% of a 64-token answer
     # with 8, 3.4% with 16. A copy that starts meanwhile is found at most one pause later.
     guard_quiet_pause: int = 16
+    # After such a pause this many quiet rounds make the next verdict (a whole window again once a
+    # round verifies something): the first search after a pause looks at all the pause wrote, and 8
+    # more consulted rounds per pause were ~25 us each on a tiny F32 model's 150-300 us rounds.
+    guard_quiet_again: int = 2
     # Declined prompt-lookup proposals teach the calibration only when their first token's bucket is
     # within this of what may be verified (see observe).
     unverified_band: float = 0.1
@@ -260,7 +264,8 @@ class AdaptiveSchedule:
         self.guard = GainGuard(window=c.guard_window, min_rounds=c.guard_min_rounds, tolerance=c.guard_tolerance,
                                slack=c.guard_slack, first_pause=c.probe_interval, max_pause=c.guard_max_pause,
                                quiet_rounds=c.guard_quiet_rounds if free_drafter else c.guard_window,
-                               quiet_pause=c.guard_quiet_pause if free_drafter else c.probe_interval)
+                               quiet_pause=c.guard_quiet_pause if free_drafter else c.probe_interval,
+                               quiet_again=c.guard_quiet_again if free_drafter else None)
         self._greedy = True  # the policy of the latest round (what next_k plans for)
         self._budgets = {g: None if self._slot_buckets[g] else DraftBudget(self, self.models[g]) for g in (True, False)}
 

@@ -59,9 +59,10 @@ def test_the_switch_is_learned_from_plain_steps_after_verify_passes():
     assert schedule.verify_cost(1) == pytest.approx(1 * MS, rel=0.05)
 
 
-def _guard(quiet_rounds: int | None = None, quiet_pause: int | None = None) -> GainGuard:
+def _guard(quiet_rounds: int | None = None, quiet_pause: int | None = None,
+           quiet_again: int | None = None) -> GainGuard:
     return GainGuard(window=24, min_rounds=8, tolerance=0.02, slack=2.0, first_pause=8, max_pause=64,
-                     quiet_rounds=quiet_rounds, quiet_pause=quiet_pause)
+                     quiet_rounds=quiet_rounds, quiet_pause=quiet_pause, quiet_again=quiet_again)
 
 
 @pytest.mark.parametrize("after", [1.0, 1.8])
@@ -98,19 +99,12 @@ def test_searches_that_never_verify_pause_once_they_cost_more_than_the_tolerance
     assert paused_at == pauses_at
 
 
-@pytest.mark.parametrize("quiet_pause, expected", [(None, [(8, 8), (8, 16), (8, 32)]),
-                                                   (16, [(8, 16), (8, 32), (8, 64)])])
-def test_after_a_pause_a_new_quiet_round_is_needed_and_the_pauses_double(quiet_pause, expected):
-    """Searches that keep losing: 8 rounds, a pause of 8; then 8 new rounds (a copy that began during the
-    pause is found in them, though a drafter backing off skips up to 2), a pause of 16; then 32. With a
-    longer first quiet pause (the schedule's for prompt lookup: 16), the pauses double from there. Fails
-    if the first round after a pause re-paused on the old rounds' evidence (a tiny model's repetitive
-    output went undrafted for 200 tokens: test_calibrations), if the pauses stopped doubling, or if
-    the quiet pause were ignored."""
-    guard = _guard(8, quiet_pause)
+def _quiet_searches(guard: GainGuard, rounds: int = 160, verify_at: int | None = None) -> list[tuple[int, int]]:
+    """(rounds searched, rounds paused) of each pause while every search costs 4% of a plain step and
+    finds nothing (but the one at ``verify_at``, which verifies a token)."""
     guard.record(0, 1, 0.0, 1 * MS, after_verify=False)
     searching, pauses, paused_for = 0, [], 0
-    for _ in range(160):
+    for round_ in range(rounds):
         if guard.paused():
             paused_for += 1
             continue
@@ -118,9 +112,34 @@ def test_after_a_pause_a_new_quiet_round_is_needed_and_the_pauses_double(quiet_p
             pauses.append((searching, paused_for))
             searching, paused_for = 0, 0
         guard.asked()
-        guard.record(0, 1, 0.04 * MS, 1 * MS, after_verify=False)
+        if round_ == verify_at:
+            guard.record(1, 2, 0.04 * MS, 1.2 * MS, after_verify=False)
+        else:
+            guard.record(0, 1, 0.04 * MS, 1 * MS, after_verify=False)
         searching += 1
-    assert pauses[:3] == expected
+    return pauses
+
+
+@pytest.mark.parametrize("quiet_pause, quiet_again, expected", [(None, None, [(8, 8), (8, 16), (8, 32)]),
+                                                                (16, None, [(8, 16), (8, 32), (8, 64)]),
+                                                                (16, 2, [(8, 16), (2, 32), (2, 64)])])
+def test_after_a_pause_new_quiet_rounds_are_needed_and_the_pauses_double(quiet_pause, quiet_again, expected):
+    """Searches that keep losing: 8 rounds, a pause of 8; then 8 new rounds (a copy that began during the
+    pause is found in them), a pause of 16; then 32. With a longer first quiet pause (the schedule's for
+    prompt lookup: 16), the pauses double from there; with ``quiet_again`` (the schedule's: 2) that many
+    new rounds make the next verdict, the drafter having shown it finds nothing here. Fails if the first
+    round after a pause re-paused on the old rounds' evidence (a tiny model's repetitive output went
+    undrafted for 200 tokens), if the pauses stopped doubling, or if either setting were ignored."""
+    assert _quiet_searches(_guard(8, quiet_pause, quiet_again))[:3] == expected
+
+
+def test_a_round_that_verified_makes_the_next_quiet_verdict_wait_for_a_whole_window():
+    """After a quiet pause 2 quiet rounds pause again, but once a round verified a token the drafter was
+    worth asking: the next verdict needs 8 quiet rounds again (negative control: without the verified
+    round, 2), and as drafting paid, the pause starts from the quiet pause again. Fails if the shorter
+    count outlived a round that verified."""
+    assert _quiet_searches(_guard(8, 16, 2), rounds=80)[:2] == [(8, 16), (2, 32)]
+    assert _quiet_searches(_guard(8, 16, 2), rounds=80, verify_at=25)[:2] == [(8, 16), (1 + 1 + 8, 16)]
 
 
 def test_a_lost_bet_pauses_for_the_first_pause_even_with_a_longer_quiet_pause():
