@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from .engine import SpeculativeEngine, TextModel
+from .decoder import SpeculativeDecoder
 from .factory import make_decoder
 from .sampling import SamplingParams
+from .schedule import ScheduleConstants
 from .settings import DrafterSettings
 
 
@@ -26,6 +28,8 @@ class Strategy:
     name: str
     drafter: DrafterSettings
     peer: bool = False
+    constants: ScheduleConstants | None = None  # the adaptive schedule's (None: the shipped ones)
+    remember: bool = True  # read and write the calibrations earlier runs left (calibrations.py)
 
     @property
     def is_plain(self) -> bool:
@@ -98,8 +102,12 @@ def run_trials(target: TextModel, draft: TextModel | None, strategies: Sequence[
     without, it measures and learns afresh.
     """
     ours = [s for s in strategies if not s.peer]
-    decoders = {s.name: make_decoder(target, s.drafter, draft, profile_cache=profile_cache)
-                for s in ours}  # also caches cost profiles
+
+    def decoder_for(s: Strategy) -> SpeculativeDecoder:
+        return make_decoder(target, s.drafter, draft, profile_cache=profile_cache, remember=s.remember,
+                            constants=s.constants)
+
+    decoders = {s.name: decoder_for(s) for s in ours}  # also caches cost profiles
     make_decoder(target, DrafterSettings(kind="none")).generate(prompts[0][1], min(32, max_tokens), sampling,
                                                                 ignore_eog=True)  # warm llama.cpp up
     if not cold:
@@ -110,8 +118,7 @@ def run_trials(target: TextModel, draft: TextModel | None, strategies: Sequence[
     for rep in range(repeats):
         for prompt_id, tokens in prompts:
             for s in ours:
-                decoder = make_decoder(target, s.drafter, draft, profile_cache=profile_cache) if cold \
-                    else decoders[s.name]
+                decoder = decoder_for(s) if cold else decoders[s.name]
                 if cold:
                     start_afresh(engines)
                 decode_before = sum(e.decode_seconds for e in engines)

@@ -6,6 +6,7 @@ from .decoder import SpeculativeDecoder
 from .drafters import AutoregressiveDrafter, PromptLookupDrafter
 from .engine import DrafterEngine, SpeculativeEngine, TextModel
 from .errors import ConfigError
+from .schedule import ScheduleConstants
 from .settings import DrafterSettings, EngineSettings
 
 
@@ -38,11 +39,11 @@ def make_drafter(settings: DrafterSettings, draft_engine: SpeculativeEngine | No
 
 def make_decoder(target: SpeculativeEngine, settings: DrafterSettings,
                  draft_engine: SpeculativeEngine | None = None, *, profile_cache: bool = True,
-                 remember: bool = True) -> SpeculativeDecoder:
+                 remember: bool = True, constants: ScheduleConstants | None = None) -> SpeculativeDecoder:
     """A decoder for one run: the drafter plus a fixed or adaptive schedule (cost profiles and
     remembered calibrations from the user cache unless ``profile_cache`` is False; calibrations
-    not unless ``remember`` is False)."""
+    not unless ``remember`` is False; ``constants``: the adaptive schedule's, None for the shipped ones)."""
     return SpeculativeDecoder(target, make_drafter(settings, draft_engine),
                               num_draft_tokens=settings.max_draft_tokens, adaptive=settings.adaptive,
                               draft_min=settings.draft_min, profile_cache=profile_cache,
-                              remember=remember)
+                              remember=remember, constants=constants)

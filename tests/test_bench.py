@@ -150,6 +150,29 @@ def test_cold_trials_each_prefill_their_prompt(tiny_engines, monkeypatch, cold):
     assert all(state == (0, 0) for state in trials) == cold
 
 
+
+def test_a_strategys_constants_and_remember_reach_its_decoders(tiny_engines, monkeypatch):
+    """``Strategy(constants=, remember=)``: the decoders of its trials get that schedule and read and write
+    no calibrations; a strategy without them gets the shipped constants and the store (the negative
+    control). What benchmarks/ab_constants.py and remembered.py compare."""
+    from specdec_gguf.decoder import SpeculativeDecoder
+    from specdec_gguf.schedule import ScheduleConstants
+
+    target, _ = tiny_engines
+    tuned = ScheduleConstants(guard_quiet_pause=32, margin=0.05)
+    strategies = [PLAIN, Strategy("tuned", DrafterSettings(kind="prompt-lookup"), constants=tuned, remember=False),
+                  Strategy("shipped", DrafterSettings(kind="prompt-lookup"))]
+    generate, seen = SpeculativeDecoder.generate, []
+
+    def spy(self, *args, **kwargs):
+        seen.append((getattr(self.schedule, "c", None), self._calibration_key is not None))
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(SpeculativeDecoder, "generate", spy)
+    run_trials(target, None, strategies, [("x", target.tokenize("the model is"))], 4, 1)
+    assert seen[-2:] == [(tuned, False), (ScheduleConstants(), True)]
+
+
 runner = CliRunner()
 
 
