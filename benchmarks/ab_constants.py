@@ -9,10 +9,11 @@ to a temporary folder) or a target GGUF path (``--draft`` for its draft model). 
 fields of ``ScheduleConstants`` (``--variant old:guard_quiet_pause=8``); ``--k`` adds fixed-k arms.
 
 Arms are interleaved as `specdec bench` interleaves its strategies (``benchmark.run_trials``: a fresh
-decoder per trial that prefills its prompt, as `specdec run` starts), on the default prompt set, with one
-temporary user cache (cost profiles and remembered calibrations) for the whole run. Prints, per arm, its
-median throughput over plain's per prompt and their geomean: the ratios the docs quote as "side by side". Run it on an otherwise
-idle machine; the tiny models' ratios move 1-2% between processes, so repeat the command.
+decoder per trial that prefills its prompt, as `specdec run` starts), on the default prompt set, with
+one temporary user cache (cost profiles and remembered calibrations) for the whole run. Prints, per
+arm, its median throughput over plain's per prompt and their geomean: the ratios the docs quote as
+"side by side". Run it on an otherwise idle machine; the tiny models' ratios move 1-2% between
+processes, so repeat the command.
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ def main() -> None:
         ratios = report.per_prompt_speedup
         print(f"  {report.name:<10} {report.speedup:.3f}  (worst {min(ratios.values()):.3f}) "
               + " ".join(f"{pid}={r:.3f}" for pid, r in ratios.items()))
+
 
 if __name__ == "__main__":
     main()

@@ -54,5 +54,6 @@ def main() -> None:
     print(f"{'geomean':<16} " + "  ".join(f"{r.name} {r.speedup:.3f}x" for r in reports))
     print(f"{'worst':<16} " + "  ".join(f"{r.name} {min(r.per_prompt_speedup.values()):.2f}x" for r in reports))
 
+
 if __name__ == "__main__":
     main()

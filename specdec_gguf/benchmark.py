@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .engine import SpeculativeEngine, TextModel
 from .decoder import SpeculativeDecoder
+from .engine import SpeculativeEngine, TextModel
 from .factory import make_decoder
 from .sampling import SamplingParams
 from .schedule import ScheduleConstants
@@ -97,9 +97,9 @@ def run_trials(target: TextModel, draft: TextModel | None, strategies: Sequence[
     """Every (non-peer) strategy on every prompt, interleaved (A B C A B C ...), after a warm-up.
 
     End-of-generation tokens are ignored so every trial generates ``max_tokens`` tokens.
-    ``cold``: a fresh decoder per trial that prefills its prompt, as ``specdec run`` starts; with ``profile_cache`` it
-    reads the cached cost profiles and remembered calibrations (as a user's later runs do),
-    without, it measures and learns afresh.
+    ``cold``: a fresh decoder per trial that prefills its prompt, as ``specdec run`` starts; with
+    ``profile_cache`` it reads the cached cost profiles and remembered calibrations (as a user's
+    later runs do), without, it measures and learns afresh.
     """
     ours = [s for s in strategies if not s.peer]
 
