@@ -289,3 +289,27 @@ def test_extra_weight_buffers_stay_off_in_a_build_with_amx_kernels(monkeypatch, 
         assert engine.extra_buffers is allowed
     with LlamaCppEngine(tiny_family.target, n_ctx=64, exact="warn") as engine:
         assert engine.extra_buffers is False  # exact mode never repacks (bit-invariance)
+
+
+def test_the_llama_cpp_python_peer_prefills_each_prompt_afresh(tiny_family):
+    """Each peer trial evaluates its whole prompt, as each of our cold trials does: llama-cpp-python reuses
+    the prompt it still holds, and a generation that skips the prefill skips its after-effects too (on
+    a tiny model 4-5% of a 64-token answer). Negative control: its own generate, called again on the
+    same prompt, evaluates only the prompt's last token."""
+    from specdec_gguf.engines.llama_cpp.peer import PeerPromptLookup
+
+    peer = PeerPromptLookup(tiny_family.target, n_ctx=256, n_threads=1)
+    try:
+        llm, evaluated = peer._llm, []
+        eval_ = llm.eval
+        llm.eval = lambda tokens: (evaluated.append(len(tokens)), eval_(tokens))[1]
+        prompt = llm.tokenize(PROMPT_TEXT.encode())
+        for _ in range(2):
+            evaluated.clear()
+            tokens, _ = peer.generate(prompt, 4)
+            assert len(tokens) == 4 and evaluated[0] == len(prompt)
+        evaluated.clear()
+        next(llm.generate(prompt, temp=0.0, top_k=1, reset=True))
+        assert evaluated[0] < len(prompt)  # (what a trial without the reset would have done)
+    finally:
+        peer.close()

@@ -45,6 +45,7 @@ class PeerPromptLookup:
     def generate(self, prompt_tokens: Sequence[int], max_tokens: int) -> tuple[list[int], float]:
         """Greedy tokens and generation throughput (tok/s after the first token, prefill excluded)."""
         llm = self._llm
+        llm.reset()  # prefill the prompt anew, as each of our cold trials does (benchmark.start_afresh)
         tokens: list[int] = []
         t_first = t_last = 0.0
         for token in llm.generate(list(prompt_tokens), temp=0.0, top_k=1, reset=True):
