@@ -14,7 +14,7 @@ from specdec_gguf.confidence import AcceptanceModel
 from specdec_gguf.drafters import AutoregressiveDrafter, PromptLookupDrafter
 from specdec_gguf.engines.simulated import TraceEngine, VirtualClock
 from specdec_gguf.errors import ConfigError
-from specdec_gguf.profile import profile_for
+from specdec_gguf.profile import CostProfile, save
 from specdec_gguf.simulation import curve_profile, synthetic_traces
 
 PRIORS = [0.1, 0.3, 0.6, 0.9]
@@ -204,11 +204,16 @@ def test_remember_false_neither_reads_nor_writes_the_calibration(trace_target):
     assert _lookup_decoder(trace_target).schedule.models[True].centre == (1.5, 1.0, 0.0, 0.0)
 
 
-def test_remember_false_still_uses_the_cached_profiles(tiny_engines):
+def test_remember_false_still_uses_the_cached_profiles(tiny_engines, tmp_path, monkeypatch):
     target, _ = tiny_engines
-    profile_for(target)  # (measured and cached once, if no earlier test did)
+    # A profile in a cache of this test's own for this target (one measured here could be refused as
+    # implausible on a busy machine, and then not cached; one put in the shared cache would be read
+    # by later tests).
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    save(CostProfile({1: 1e-4, 2: 1.1e-4, 3: 1.2e-4}, key=target.profile_key))
     fresh = SpeculativeDecoder(target, PromptLookupDrafter(), remember=False)
     assert fresh.schedule.profile is not None and fresh.schedule.profile.from_cache
+    assert fresh.schedule.profile.seconds == {1: 1e-4, 2: 1.1e-4, 3: 1.2e-4}
 
 
 def test_only_what_rests_on_enough_new_outcomes_is_kept():
