@@ -128,47 +128,46 @@ def test_trials_are_interleaved_after_a_warm_up(tiny_engines):
 
 
 
+def _seen_at_each_generate(monkeypatch, look) -> list:
+    """What ``look(decoder)`` saw as each ``SpeculativeDecoder.generate`` began, in order."""
+    from specdec_gguf.decoder import SpeculativeDecoder
+
+    generate, seen = SpeculativeDecoder.generate, []
+
+    def spy(self, *args, **kwargs):
+        seen.append(look(self))
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(SpeculativeDecoder, "generate", spy)
+    return seen
+
+
 @pytest.mark.parametrize("cold", [True, False])
 def test_cold_trials_each_prefill_their_prompt(tiny_engines, monkeypatch, cold):
     """Cold, every trial starts from empty caches and prefills its prompt as `specdec run` does: a trial
     that reused the previous one's cached prompt skipped the prefill's after-effects, so the strategy
     first per prompt (plain) ran slower than the rest. Warm (the negative control), the caches carry over."""
-    from specdec_gguf.decoder import SpeculativeDecoder
-
     target, draft = tiny_engines
-    generate, cached = SpeculativeDecoder.generate, []
-
-    def spy(self, prompt, *args, **kwargs):
-        cached.append((target.n_past, draft.n_past))
-        return generate(self, prompt, *args, **kwargs)
-
+    cached = _seen_at_each_generate(monkeypatch, lambda decoder: (target.n_past, draft.n_past))
     strategies = [PLAIN, Strategy("draft k=2", DrafterSettings(kind="draft-model", num_draft_tokens=2,
                                                               adaptive=False)), LOOKUP_K2]
-    monkeypatch.setattr(SpeculativeDecoder, "generate", spy)
     run_trials(target, draft, strategies, [("x", target.tokenize("the model is"))], 4, 2, cold=cold)
     trials = cached[-len(strategies) * 2:]  # (after the warm-up runs)
     assert all(state == (0, 0) for state in trials) == cold
-
 
 
 def test_a_strategys_constants_and_remember_reach_its_decoders(tiny_engines, monkeypatch):
     """``Strategy(constants=, remember=)``: the decoders of its trials get that schedule and read and write
     no calibrations; a strategy without them gets the shipped constants and the store (the negative
     control). What benchmarks/ab_constants.py and remembered.py compare."""
-    from specdec_gguf.decoder import SpeculativeDecoder
     from specdec_gguf.schedule import ScheduleConstants
 
     target, _ = tiny_engines
     tuned = ScheduleConstants(guard_quiet_pause=32, margin=0.05)
     strategies = [PLAIN, Strategy("tuned", DrafterSettings(kind="prompt-lookup"), constants=tuned, remember=False),
                   Strategy("shipped", DrafterSettings(kind="prompt-lookup"))]
-    generate, seen = SpeculativeDecoder.generate, []
-
-    def spy(self, *args, **kwargs):
-        seen.append((getattr(self.schedule, "c", None), self._calibration_key is not None))
-        return generate(self, *args, **kwargs)
-
-    monkeypatch.setattr(SpeculativeDecoder, "generate", spy)
+    seen = _seen_at_each_generate(
+        monkeypatch, lambda decoder: (getattr(decoder.schedule, "c", None), decoder._calibration_key is not None))
     run_trials(target, None, strategies, [("x", target.tokenize("the model is"))], 4, 1)
     assert seen[-2:] == [(tuned, False), (ScheduleConstants(), True)]
 
