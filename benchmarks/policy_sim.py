@@ -12,6 +12,10 @@ for adaptive and fixed k, and adaptive's ratio to the best fixed k.
 earlier runs on the same curve left (as `specdec run` does with the user cache: the other
 traces' cold runs, blended in order as calibrations.remember blends them; never the trace's
 own run), and reports that one as "adaptive" (the cold one beside it).
+
+`--variant NAME:field=value,...` (repeatable) also runs the adaptive schedule with those
+``ScheduleConstants`` fields replaced, and prints one summary line per variant beside the
+shipped constants': the noise-free way to compare constants before timing them.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from specdec_gguf.schedule import ScheduleConstants  # noqa: E402
 from specdec_gguf.simulation import CURVES, Trace, remembered, simulate_run, synthetic_traces  # noqa: E402
+from ab_constants import parse_variant  # noqa: E402
 
 
 def load_traces(path: Path) -> list[Trace]:
@@ -49,8 +55,11 @@ def main() -> None:
     parser.add_argument("--only-recorded", action="store_true")
     parser.add_argument("--remembered", action="store_true",
                         help="adaptive starts from the calibration the other traces' runs left (a second run)")
+    parser.add_argument("--variant", action="append", default=[], help="NAME:field=value,... (repeatable)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    variants: dict[str, ScheduleConstants | None] = {"shipped": None}
+    variants.update(parse_variant(v) for v in args.variant)
     traces = [] if args.only_recorded else synthetic_traces()
     if args.traces:
         traces += load_traces(args.traces)
@@ -58,22 +67,29 @@ def main() -> None:
     rows = []
     for n in [int(x) for x in args.n.split(",")]:
         for curve in CURVES:
-            runs = {}
+            runs: dict[str, dict[str, tuple]] = {name: {} for name in variants}
+            for name, constants in variants.items():
+                for trace in traces:
+                    run = functools.partial(simulate_run, trace, curve, n, drafter=args.drafter,
+                                            agreement=args.agreement, draft_style=args.draft_style,
+                                            constants=constants)
+                    runs[name][trace.id] = run, run(0).seconds, run(None)
             for trace in traces:
-                run = functools.partial(simulate_run, trace, curve, n, drafter=args.drafter,
-                                        agreement=args.agreement, draft_style=args.draft_style)
-                runs[trace.id] = run, run(0).seconds, run(None)
-            for trace in traces:
-                run, plain, cold = runs[trace.id]
-                adaptive = cold.seconds
-                if args.remembered:
-                    others = [runs[t.id][2] for t in traces if t.id != trace.id]
-                    adaptive = run(None, calibrations=remembered(others)).seconds
+                run, plain, cold = runs["shipped"][trace.id]
                 fixed = {k: run(k).seconds for k in ks}
                 best_k = min(fixed, key=fixed.get)
-                rows.append({"n": n, "curve": curve, "trace": trace.id, "adaptive": plain / adaptive,
-                             "cold": plain / cold.seconds, "best_fixed": plain / fixed[best_k], "best_k": best_k,
-                             "vs_best": fixed[best_k] / adaptive})
+                row = {"n": n, "curve": curve, "trace": trace.id, "cold": plain / cold.seconds,
+                       "best_fixed": plain / fixed[best_k], "best_k": best_k, "variants": {}}
+                for name in variants:
+                    vrun, _, vcold = runs[name][trace.id]
+                    adaptive = vcold.seconds
+                    if args.remembered:
+                        others = [runs[name][t.id][2] for t in traces if t.id != trace.id]
+                        adaptive = vrun(None, calibrations=remembered(others)).seconds
+                    row["variants"][name] = plain / adaptive
+                row["adaptive"] = row["variants"]["shipped"]
+                row["vs_best"] = row["adaptive"] / row["best_fixed"]
+                rows.append(row)
     if args.json:
         print(json.dumps(rows))
         return
@@ -84,9 +100,12 @@ def main() -> None:
         cold = f" {r['cold']:>5.2f}x" if args.remembered else ""
         print(f"{r['n']:>4} {r['curve']:<11} {r['trace']:<18} {r['adaptive']:>7.2f}x{cold} {r['best_k']:>7} "
               f"{r['best_fixed']:>9.2f}x {r['vs_best']:>7.2f}x{flag}")
-    worst = min(rows, key=lambda r: r["adaptive"])
-    print(f"worst adaptive/plain: {worst['adaptive']:.3f} ({worst['curve']}, {worst['trace']}, n={worst['n']}); "
-          f"geomean adaptive/best-fixed: {np.exp(np.mean([np.log(r['vs_best']) for r in rows])):.3f}")
+    for name in variants:
+        ratios = [r["variants"][name] for r in rows]
+        worst = min(rows, key=lambda r: r["variants"][name])
+        print(f"{name}: worst adaptive/plain {worst['variants'][name]:.3f} ({worst['curve']}, {worst['trace']}, "
+              f"n={worst['n']}); geomean adaptive/plain {np.exp(np.mean(np.log(ratios))):.3f}; geomean "
+              f"adaptive/best-fixed {np.exp(np.mean([np.log(r['variants'][name] / r['best_fixed']) for r in rows])):.3f}")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from .decoder import SpeculativeDecoder
 from .drafters import AutoregressiveDrafter, PromptLookupDrafter
 from .engines.simulated import SimulatedDraftEngine, TraceEngine, VirtualClock
 from .profile import CostProfile
-from .schedule import AdaptiveSchedule, DraftSchedule
+from .schedule import AdaptiveSchedule, DraftSchedule, ScheduleConstants
 from .settings import default_num_draft_tokens
 
 # Cost curves (seconds of a one-token pass, T(n)/T(1), and what a one-token pass after one of
@@ -148,7 +148,8 @@ def simulate(trace: Trace, curve: str, max_tokens: int, k: int | None, *, drafte
 def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, drafter: str = "prompt-lookup",
                  agreement: float = 0.8, draft_ratio: float = 0.1, draft_style: DraftStyle = "informative",
                  seed: int = 0, schedule: DraftSchedule | None = None,
-                 calibrations: Mapping[bool, Sequence[float]] | None = None) -> SimulatedRun:
+                 calibrations: Mapping[bool, Sequence[float]] | None = None,
+                 constants: ScheduleConstants | None = None) -> SimulatedRun:
     """One run on ``trace`` with a fresh decoder.
 
     ``k`` None: the adaptive schedule (or ``schedule``, if given); 0: plain decoding; else fixed k.
@@ -156,7 +157,8 @@ def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, dr
     time in easy stretches, costing ``draft_ratio`` of a target pass per token, with confidences
     of ``draft_style`` (see :func:`draft_pattern`). ``calibrations``: the calibrations earlier runs
     left in the store (calibrations.py), which the adaptive schedule pulls its fit towards, as
-    ``specdec run`` does after earlier runs with the same models.
+    ``specdec run`` does after earlier runs with the same models. ``constants``: the adaptive
+    schedule's (None: the shipped ones).
     """
     costs = curve_profile(curve)
     clock = VirtualClock()
@@ -176,7 +178,8 @@ def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, dr
         schedule = schedule or AdaptiveSchedule(
             default_num_draft_tokens(drafter, True), target_costs=costs, draft_costs=draft_costs,
             free_drafter=drafter == "prompt-lookup", draft_catch_up=drafting.max_catch_up,
-            priors={g: drafting.acceptance_priors(g) for g in (True, False)}, calibrations=calibrations)
+            priors={g: drafting.acceptance_priors(g) for g in (True, False)}, calibrations=calibrations,
+            constants=constants or ScheduleConstants())
         decoder = SpeculativeDecoder(target, drafting, schedule=schedule, clock=clock)
     else:
         decoder = SpeculativeDecoder(target, drafting, num_draft_tokens=k, adaptive=False, clock=clock)

@@ -839,3 +839,14 @@ def test_the_decoder_builds_its_adaptive_schedule_with_the_constants_it_is_given
     assert decoder.schedule.c == tuned and decoder.schedule.guard.quiet_pause == 32
     assert SpeculativeDecoder(target, PromptLookupDrafter(), profile_cache=False, clock=clock).schedule.c == \
         ScheduleConstants()
+
+
+def test_the_simulation_runs_the_adaptive_schedule_with_the_constants_it_is_given():
+    """``simulate_run(constants=...)`` (what ``policy_sim.py --variant`` compares): a margin no drafted
+    token can beat makes the adaptive run plain decoding, to the virtual second; the shipped constants
+    draft the copy faster. Fails if the constants were dropped on the way."""
+    trace = next(t for t in TRACES if t.id.startswith("copy"))
+    plain = simulate_run(trace, "gpu-like", 128, 0).seconds
+    never = simulate_run(trace, "gpu-like", 128, None, constants=ScheduleConstants(margin=1e6)).seconds
+    shipped = simulate_run(trace, "gpu-like", 128, None).seconds
+    assert never == pytest.approx(plain) and shipped < 0.8 * plain
