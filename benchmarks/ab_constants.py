@@ -32,7 +32,7 @@ from specdec_gguf.factory import open_engine  # noqa: E402
 from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
 from specdec_gguf.schedule import ScheduleConstants  # noqa: E402
 from specdec_gguf.settings import DrafterSettings, EngineSettings  # noqa: E402
-from matrix import TINY, write_case  # noqa: E402
+from matrix import TINY, strategies as matrix_strategies, write_case  # noqa: E402
 
 
 def parse_variant(spec: str) -> tuple[str, ScheduleConstants]:
@@ -45,7 +45,7 @@ def parse_variant(spec: str) -> tuple[str, ScheduleConstants]:
         if not hasattr(shipped, key):
             raise SystemExit(f"--variant {spec!r}: ScheduleConstants has no field {key!r}")
         changes[key] = type(getattr(shipped, key))(value)
-    if not name or name in ("plain", "shipped") or name.startswith("k="):
+    if not name or name in ("plain", "shipped") or " k=" in name or " adaptive" in name:
         raise SystemExit(f"--variant {spec!r}: give it a name of its own")
     return name, dataclasses.replace(shipped, **changes)
 
@@ -63,9 +63,7 @@ def main() -> None:
     args = parser.parse_args()
     variants = dict([("shipped", ScheduleConstants())] + [parse_variant(v) for v in args.variant])
     fixed = [int(k) for k in args.k.split(",") if k]
-    strategies = [Strategy("plain", DrafterSettings(kind="none"))]
-    strategies += [Strategy(f"k={k}", DrafterSettings(kind=args.kind, num_draft_tokens=k, adaptive=False))
-                   for k in fixed]
+    strategies = matrix_strategies(args.kind, fixed)[:-1]  # plain and the fixed k, named as the matrix names them
     strategies += [Strategy(name, DrafterSettings(kind=args.kind), constants=constants)
                    for name, constants in variants.items()]
     with tempfile.TemporaryDirectory() as tmp:
@@ -91,7 +89,7 @@ def main() -> None:
           "arm / plain (median throughput per prompt)")
     for report in summarize(trials, strategies)[1:]:
         ratios = report.per_prompt_speedup
-        print(f"  {report.name:<10} {report.speedup:.3f}  (worst {min(ratios.values()):.3f}) "
+        print(f"  {report.name:<12} {report.speedup:.3f}  (worst {min(ratios.values()):.3f}) "
               + " ".join(f"{pid}={r:.3f}" for pid, r in ratios.items()))
 
 

@@ -380,39 +380,43 @@ class AdaptiveSchedule:
             self._start_value = self._first_token_value()
         if self._start_value > self.c.draft_margin:
             self._probe_interval = self.c.probe_interval
-            if self._untaken and not self._earns_back(self._start_value, room, costs[0]):
+            if self._untaken and not self._earns_back(self._start_value, room, costs[0], self._catch_up_price()):
                 return 0
             self.guard.asked()
             return self.k_max
-        due = self._look_again or self._rounds_since_draft >= self._probe_interval and self._probe_affordable(costs[0])
-        if due and self._potential_value() > self.c.margin \
-                and self._earns_back(self._potential_value(), room, costs[0]):  # (the value is cached)
-            self._probe_interval = min(2 * self._probe_interval, self.c.max_probe_interval)
-            self._probing = True
-            self.guard.asked()
-            return self.k_max
-        return 0
+        if not self._look_again and self._rounds_since_draft < max(self._probe_interval, self._unaffordable_until):
+            return 0  # no look due yet (or none affordable before then)
+        price = self._catch_up_price()  # (a look's price: whether it is affordable and whether it pays back)
+        if not (self._look_again or self._probe_affordable(price, costs[0])) \
+                or self._potential_value() <= self.c.margin \
+                or not self._earns_back(self._potential_value(), room, costs[0], price):  # (the value is cached)
+            return 0
+        self._probe_interval = min(2 * self._probe_interval, self.c.max_probe_interval)
+        self._probing = True
+        self.guard.asked()
+        return self.k_max
 
-    def _earns_back(self, value: float, room: int, plain_step: float) -> bool:
+    def _catch_up_price(self) -> float | None:
+        """Seconds for the draft to take in the committed tokens it has not seen and draft one (None: unknown)."""
+        return self.draft_price.catch_up(self._untaken, self._context)
+
+    def _earns_back(self, value: float, room: int, plain_step: float, price: float | None) -> bool:
         """Whether drafting that gains ``value`` tokens a round (each round giving about 1 + value) over
         the ``room`` left pays for the draft catching up first on the tokens committed since it last
         drafted. After a stretch of plain steps that catch-up is far above a round's price: a small
         Q8_0 draft took 9 ms, 11 plain steps, for 57 tokens after a 380-token prompt. Drafting that came
         to pay (the costs refitted at a long context) with 6 rounds left ran a 64-token answer at 0.86x
         plain; a look in such an answer's last rounds cost it 14%. A look is judged by what drafting
-        could gain if every drafted token were accepted, drafting by its expected value."""
-        price = self.draft_price.catch_up(self._untaken, self._context)
+        could gain if every drafted token were accepted, drafting by its expected value. ``price``: that
+        catch-up's (``_catch_up_price``)."""
         if price is None:
             return True  # (unknown: drafting tells)
         return value * room / (1.0 + value) >= price / plain_step
 
-    def _probe_affordable(self, plain_step: float) -> bool:
-        """Whether a look now costs at most ``probe_share`` of the plain rounds since the last one (its
-        price: the draft catching up on the tokens it has not taken in, as ``_earns_back`` prices it)."""
+    def _probe_affordable(self, price: float | None, plain_step: float) -> bool:
+        """Whether a look whose ``price`` is the draft catching up on the tokens it has not taken in
+        (``_catch_up_price``) costs at most ``probe_share`` of the plain rounds since the last one."""
         since = self._rounds_since_draft
-        if since < self._unaffordable_until:
-            return False
-        price = self.draft_price.catch_up(self._untaken, self._context)
         if price is None or price <= self.c.probe_share * since * plain_step:
             return True  # (unknown: looking tells)
         # A look's price never falls as more rounds wait: none is affordable before this many (until

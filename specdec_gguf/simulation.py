@@ -49,6 +49,11 @@ class Trace:
     output: list[int]
     n_vocab: int
 
+    def target(self, costs: CostProfile, clock: VirtualClock) -> TraceEngine:
+        """A simulated target whose greedy output is this trace's, its passes costing what ``costs``
+        says on ``clock``."""
+        return TraceEngine(self.prompt + self.output, self.n_vocab, costs, clock)
+
 
 def synthetic_traces(seed: int = 0, vocab: int = 4000) -> list[Trace]:
     """Copies with edits, short chat-like answers, a copy with one word renamed everywhere and open text,
@@ -163,7 +168,7 @@ def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, dr
     costs = curve_profile(curve)
     clock = VirtualClock()
     full = trace.prompt + trace.output
-    target = TraceEngine(full, trace.n_vocab, costs, clock)
+    target = trace.target(costs, clock)
     draft_costs = None
     if drafter == "prompt-lookup":
         drafting = PromptLookupDrafter()

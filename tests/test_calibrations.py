@@ -156,7 +156,7 @@ def trace_target(monkeypatch):
 
     def make() -> tuple[TraceEngine, VirtualClock]:
         clock = VirtualClock()
-        return TraceEngine(TRACE.prompt + TRACE.output, TRACE.n_vocab, curve_profile("gpu-like"), clock), clock
+        return TRACE.target(curve_profile("gpu-like"), clock), clock
 
     return make
 

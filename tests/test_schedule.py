@@ -209,7 +209,7 @@ def test_a_drafter_that_costs_more_than_it_claims_stops_being_asked():
     traces where such lookups lose. Fails without the guard (about 0.6x plain)."""
     from specdec_gguf.decoder import SpeculativeDecoder
     from specdec_gguf.drafters import PromptLookupDrafter
-    from specdec_gguf.engines.simulated import TraceEngine, VirtualClock
+    from specdec_gguf.engines.simulated import VirtualClock
 
     class SlowLookup(PromptLookupDrafter):
         def propose(self, max_tokens, policy=None, rng=None, budget=None):
@@ -221,7 +221,7 @@ def test_a_drafter_that_costs_more_than_it_claims_stops_being_asked():
         runs = []
         for adaptive in (False, True):
             clock = VirtualClock()
-            target = TraceEngine(trace.prompt + trace.output, trace.n_vocab, costs, clock)
+            target = trace.target(costs, clock)
             drafter = SlowLookup() if adaptive else None
             schedule = AdaptiveSchedule(32, target_costs=costs, free_drafter=True,
                                         priors={g: SlowLookup().acceptance_priors(g) for g in (True, False)})
@@ -342,7 +342,7 @@ def test_the_decoder_reports_whether_a_declined_proposals_first_token_was_right(
     proposals only; None where tokens were verified or nothing was proposed."""
     from specdec_gguf.decoder import SpeculativeDecoder
     from specdec_gguf.drafters import PromptLookupDrafter
-    from specdec_gguf.engines.simulated import TraceEngine, VirtualClock
+    from specdec_gguf.engines.simulated import VirtualClock
 
     class Declining(FixedSchedule):
         def __init__(self):
@@ -358,7 +358,7 @@ def test_the_decoder_reports_whether_a_declined_proposals_first_token_was_right(
 
     trace = TRACES[0]
     clock = VirtualClock()
-    target = TraceEngine(trace.prompt + trace.output, trace.n_vocab, curve_profile("linear"), clock)
+    target = trace.target(curve_profile("linear"), clock)
     schedule = Declining()
     out = SpeculativeDecoder(target, PromptLookupDrafter(), schedule=schedule, clock=clock).generate(
         trace.prompt, 120, ignore_eog=True).tokens
@@ -416,7 +416,7 @@ def test_plain_rounds_claimed_by_a_pause_are_told_afterwards_in_order(n):
     asked, lost, told late or out of order (the drafter's context would no longer be the output)."""
     from specdec_gguf.decoder import SpeculativeDecoder
     from specdec_gguf.drafters import PromptLookupDrafter
-    from specdec_gguf.engines.simulated import TraceEngine, VirtualClock
+    from specdec_gguf.engines.simulated import VirtualClock
 
     events = []
 
@@ -445,7 +445,7 @@ def test_plain_rounds_claimed_by_a_pause_are_told_afterwards_in_order(n):
             super().accept(n_accepted, committed)
 
     trace, clock = TRACES[0], VirtualClock()
-    target = TraceEngine(trace.prompt + trace.output, trace.n_vocab, curve_profile("linear"), clock)
+    target = trace.target(curve_profile("linear"), clock)
     forward = target.forward_proposal
 
     def counted(*args, **kwargs):
@@ -482,7 +482,7 @@ def test_the_schedule_learning_from_a_round_counts_in_its_time():
     adaptive drafting, 5-10 us a round, is 3-5% of a tiny model's round and was left out)."""
     from specdec_gguf.decoder import SpeculativeDecoder
     from specdec_gguf.drafters import PromptLookupDrafter
-    from specdec_gguf.engines.simulated import TraceEngine, VirtualClock
+    from specdec_gguf.engines.simulated import VirtualClock
 
     trace, clock = TRACES[0], VirtualClock()
 
@@ -490,7 +490,7 @@ def test_the_schedule_learning_from_a_round_counts_in_its_time():
         def observe(self, *args, **kwargs):
             clock.advance(1e-3)  # every round's learning takes 1 ms of the (virtual) clock
 
-    target = TraceEngine(trace.prompt + trace.output, trace.n_vocab, curve_profile("linear"), clock)
+    target = trace.target(curve_profile("linear"), clock)
     stats = SpeculativeDecoder(target, PromptLookupDrafter(), schedule=SlowLearner(4), clock=clock).generate(
         trace.prompt, 40, ignore_eog=True).stats
     assert stats.draft_seconds == pytest.approx(1e-3 * stats.target_passes)  # (drafting itself: no virtual time)
@@ -828,12 +828,12 @@ def test_the_decoder_builds_its_adaptive_schedule_with_the_constants_it_is_given
     were dropped on the way."""
     from specdec_gguf.decoder import SpeculativeDecoder
     from specdec_gguf.drafters import PromptLookupDrafter
-    from specdec_gguf.engines.simulated import TraceEngine, VirtualClock
+    from specdec_gguf.engines.simulated import VirtualClock
 
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
     trace = TRACES[0]
     clock = VirtualClock()
-    target = TraceEngine(trace.prompt + trace.output, trace.n_vocab, curve_profile("linear"), clock)
+    target = trace.target(curve_profile("linear"), clock)
     tuned = ScheduleConstants(guard_quiet_pause=32, margin=0.05)
     decoder = SpeculativeDecoder(target, PromptLookupDrafter(), constants=tuned, profile_cache=False, clock=clock)
     assert decoder.schedule.c == tuned and decoder.schedule.guard.quiet_pause == 32
