@@ -2,11 +2,12 @@
 
 Usage:
   python benchmarks/ab_constants.py CASE [--kind prompt-lookup|draft-model] [--threads 2] [-n 64]
-                                    [--repeats 20] [--k 4,6] [--variant NAME:field=value,...] ...
+                                    [--repeats 20] [--k 4,6] [--variant NAME:field=value,...] [--detail]
 
 CASE: a tiny family of benchmarks/matrix.py (tiny-f32, tiny-wide, tiny-mid-q8, tiny-big-q8: written
 to a temporary folder) or a target GGUF path (``--draft`` for its draft model). A variant replaces
-fields of ``ScheduleConstants`` (``--variant old:guard_quiet_pause=8``); ``--k`` adds fixed-k arms.
+fields of ``ScheduleConstants`` (``--variant old:guard_quiet_pause=8``); ``--k`` adds fixed-k arms;
+``--detail`` adds where each arm's time goes (target passes per answer, the share outside llama.cpp).
 
 Arms are interleaved as `specdec bench` interleaves its strategies (``benchmark.run_trials``: a fresh
 decoder per trial that prefills its prompt, as `specdec run` starts), on the default prompt set, with
@@ -60,6 +61,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--k", default="", help="fixed k arms (comma-separated)")
     parser.add_argument("--variant", action="append", default=[], help="NAME:field=value,... (repeatable)")
+    parser.add_argument("--detail", action="store_true",
+                        help="also print, per arm, where an answer's time goes (passes, the share outside llama.cpp)")
     args = parser.parse_args()
     variants = dict([("shipped", ScheduleConstants())] + [parse_variant(v) for v in args.variant])
     fixed = [int(k) for k in args.k.split(",") if k]
@@ -87,10 +90,20 @@ def main() -> None:
                     engine.close()
     print(f"{args.case}, {args.kind}, {args.threads} thread(s), {args.n} tokens, {args.repeats} repeats: "
           "arm / plain (median throughput per prompt)")
-    for report in summarize(trials, strategies)[1:]:
+    reports = summarize(trials, strategies)
+    for report in reports[1:]:
         ratios = report.per_prompt_speedup
         print(f"  {report.name:<12} {report.speedup:.3f}  (worst {min(ratios.values()):.3f}) "
               + " ".join(f"{pid}={r:.3f}" for pid, r in ratios.items()))
+    if args.detail:
+        # Where an answer's time goes, over all prompts: its length at the median throughput, target
+        # passes per answer (rounds), acceptance, and the share spent outside llama_decode (Python,
+        # ctypes, and what either makes the next pass wait for).
+        print("  arm          ms/answer  passes/answer  acceptance  outside llama.cpp")
+        for report in reports:
+            share = f"{report.python_share:.1%}" if report.python_share is not None else "-"
+            print(f"  {report.name:<12} {1e3 * args.n / report.median_throughput:9.2f}  "
+                  f"{args.n / report.tokens_per_target_pass:13.1f}  {report.acceptance_rate:10.2f}  {share:>17}")
 
 
 if __name__ == "__main__":
