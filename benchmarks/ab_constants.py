@@ -45,7 +45,16 @@ def parse_variant(spec: str) -> tuple[str, ScheduleConstants]:
         key, _, value = item.partition("=")
         if not hasattr(shipped, key):
             raise SystemExit(f"--variant {spec!r}: ScheduleConstants has no field {key!r}")
-        changes[key] = type(getattr(shipped, key))(value)
+        kind = type(getattr(shipped, key))
+        if kind is bool:  # (bool("false") is True)
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise SystemExit(f"--variant {spec!r}: {key} takes true or false, not {value!r}")
+            changes[key] = value.lower() in ("true", "1")
+            continue
+        try:
+            changes[key] = kind(value)
+        except ValueError:
+            raise SystemExit(f"--variant {spec!r}: {key} takes a value of type {kind.__name__}, not {value!r}") from None
     if not name or name in ("plain", "shipped") or " k=" in name or " adaptive" in name:
         raise SystemExit(f"--variant {spec!r}: give it a name of its own")
     return name, dataclasses.replace(shipped, **changes)
