@@ -67,24 +67,25 @@ def main() -> None:
     rows = []
     for n in [int(x) for x in args.n.split(",")]:
         for curve in CURVES:
-            runs: dict[str, dict[str, tuple]] = {name: {} for name in variants}
+            runs: dict[str, dict[str, tuple]] = {name: {} for name in variants}  # (run, its cold adaptive run)
             for name, constants in variants.items():
                 for trace in traces:
                     run = functools.partial(simulate_run, trace, curve, n, drafter=args.drafter,
                                             agreement=args.agreement, draft_style=args.draft_style,
                                             constants=constants)
-                    runs[name][trace.id] = run, run(0).seconds, run(None)
+                    runs[name][trace.id] = run, run(None)
             for trace in traces:
-                run, plain, cold = runs["shipped"][trace.id]
+                run, cold = runs["shipped"][trace.id]
+                plain = run(0).seconds
                 fixed = {k: run(k).seconds for k in ks}
                 best_k = min(fixed, key=fixed.get)
                 row = {"n": n, "curve": curve, "trace": trace.id, "cold": plain / cold.seconds,
                        "best_fixed": plain / fixed[best_k], "best_k": best_k, "variants": {}}
                 for name in variants:
-                    vrun, _, vcold = runs[name][trace.id]
+                    vrun, vcold = runs[name][trace.id]
                     adaptive = vcold.seconds
                     if args.remembered:
-                        others = [runs[name][t.id][2] for t in traces if t.id != trace.id]
+                        others = [runs[name][t.id][1] for t in traces if t.id != trace.id]
                         adaptive = vrun(None, calibrations=remembered(others)).seconds
                     row["variants"][name] = plain / adaptive
                 row["adaptive"] = row["variants"]["shipped"]
