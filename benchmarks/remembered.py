@@ -26,6 +26,7 @@ from specdec_gguf.calibrations import store_dir  # noqa: E402
 from specdec_gguf.factory import open_engine  # noqa: E402
 from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
 from specdec_gguf.settings import DrafterSettings, EngineSettings  # noqa: E402
+from matrix import strategies as matrix_strategies  # noqa: E402
 
 
 def main() -> None:
@@ -44,10 +45,9 @@ def main() -> None:
     kind = "draft-model" if draft else "prompt-lookup"
     prompts = [(pid, target.tokenize(text)) for pid, _, text in PROMPT_SETS[args.set]]
     shutil.rmtree(store_dir(), ignore_errors=True)
-    strategies = [Strategy("plain", DrafterSettings(kind="none")),
-                  Strategy("with", DrafterSettings(kind=kind)),
-                  Strategy("without", DrafterSettings(kind=kind), remember=False)]
-    strategies += [Strategy(f"k={k}", DrafterSettings(kind=kind, num_draft_tokens=k, adaptive=False)) for k in args.k]
+    plain, *fixed = matrix_strategies(kind, list(args.k))[:-1]  # (named as the matrix names them)
+    strategies = [plain, Strategy("with", DrafterSettings(kind=kind)),
+                  Strategy("without", DrafterSettings(kind=kind), remember=False), *fixed]
     reports = summarize(run_trials(target, draft, strategies, prompts, args.n, args.repeats), strategies)
     for pid, _ in prompts:
         print(f"{pid:<16} " + "  ".join(f"{r.name} {r.per_prompt_speedup[pid]:.2f}x" for r in reports))

@@ -97,7 +97,7 @@ class SpeculativeDecoder:
                     free_drafter=drafter.cost_engine is None, draft_catch_up=drafter.max_catch_up,
                     priors={greedy: drafter.acceptance_priors(greedy) for greedy in (True, False)},
                     calibrations=_calibrations.recall(self._calibration_key),
-                    constants=constants or ScheduleConstants())
+                    constants=constants)
         self.schedule = schedule
 
     def generate(self, prompt_tokens: Sequence[int], max_new_tokens: int,

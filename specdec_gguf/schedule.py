@@ -210,7 +210,8 @@ class AdaptiveSchedule:
     proposal's first pass takes in (``DrafterEngine.max_catch_up``; None: all), which prices
     a look after plain steps. ``calibrations``: per policy, the pooled calibration of the
     priors to pull the fit towards once this run's outcomes come in (what earlier runs learned:
-    calibrations.py; None: the priors as given; see AcceptanceModel). State carries across
+    calibrations.py; None: the priors as given; see AcceptanceModel). ``constants``: the
+    schedule's (:class:`ScheduleConstants`; None: the shipped ones). State carries across
     generations on one decoder.
     """
 
@@ -218,11 +219,11 @@ class AdaptiveSchedule:
                  draft_costs: CostProfile | None = None, free_drafter: bool = False,
                  priors: dict[bool, Sequence[float]] | None = None, draft_catch_up: int | None = MAX_CATCH_UP,
                  calibrations: Mapping[bool, Sequence[float]] | None = None,
-                 constants: ScheduleConstants = ScheduleConstants()) -> None:
+                 constants: ScheduleConstants | None = None) -> None:
         if not isinstance(k_max, int) or k_max < 1:
             raise ConfigError(f"num_draft_tokens={k_max!r} must be an integer >= 1")
         self.k_max = k_max
-        self.c = c = constants
+        self.c = c = constants or ScheduleConstants()
         self.profile = target_costs
         self.free_drafter = free_drafter
         self._verify = VerifyCosts(target_costs, k_max + 1, window=c.cost_window, refresh_every=c.refresh_costs_every,

@@ -184,7 +184,7 @@ def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, dr
             default_num_draft_tokens(drafter, True), target_costs=costs, draft_costs=draft_costs,
             free_drafter=drafter == "prompt-lookup", draft_catch_up=drafting.max_catch_up,
             priors={g: drafting.acceptance_priors(g) for g in (True, False)}, calibrations=calibrations,
-            constants=constants or ScheduleConstants())
+            constants=constants)
         decoder = SpeculativeDecoder(target, drafting, schedule=schedule, clock=clock)
     else:
         decoder = SpeculativeDecoder(target, drafting, num_draft_tokens=k, adaptive=False, clock=clock)
