@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-import numpy as np
 
 from .errors import ConfigError
 
@@ -66,22 +65,22 @@ class AcceptanceModel:
         if strength <= 0 or recency < 1:
             raise ConfigError(f"strength={strength} must be > 0 and recency={recency} >= 1")
         centre = _IDENTITY if calibration is None else tuple(float(v) for v in calibration)
-        if len(centre) != 4 or not all(np.isfinite(centre)) or centre[1] < _MIN_SLOPE:
+        if len(centre) != 4 or not all(math.isfinite(v) for v in centre) or centre[1] < _MIN_SLOPE:
             raise ConfigError(f"calibration={calibration!r} must be four finite numbers (a, s, d1, d2) with s >= "
                               f"{_MIN_SLOPE}")
         self.strength, self.recency = strength, recency
-        self._n = len(priors)
-        # Slots: bucket b's first tokens at b, its later ones at n + b, its deep ones at 2n + b.
-        prior = np.tile(np.asarray(priors, dtype=np.float64), 3)
-        self._later = np.repeat([0.0, 1.0, 1.0], self._n)
-        self._deep = np.repeat([0.0, 0.0, 1.0], self._n)
-        self._logit = np.log(prior / (1 - prior))
-        self._hits = np.zeros(len(prior))
-        self._total = np.zeros(len(prior))
-        self._unverified_hits = np.zeros(len(prior))  # outcomes seen without verifying (calibration only)
-        self._unverified_total = np.zeros(len(prior))
-        self._centre = np.array(centre)
-        self.observations = [0] * self._n  # verified tokens per bucket
+        self._n = n = len(priors)
+        # Slots: bucket b's first tokens at b, its later ones at n + b, its deep ones at 2n + b. Plain
+        # lists, not arrays: a round touches a few slots, and numpy's per-call cost (run with caches a
+        # pass left cold) made a refit 150-400 us of a tiny model's 200-400 us round.
+        self._logit = [math.log(p / (1.0 - p)) for p in priors] * 3
+        self._hits = [0.0] * (3 * n)
+        self._total = [0.0] * (3 * n)
+        self._unverified_hits = [0.0] * (3 * n)  # outcomes seen without verifying (calibration only)
+        self._unverified_total = [0.0] * (3 * n)
+        self._seen: set[int] = set()  # slots with an outcome, verified or not: what a refit fits
+        self._centre = centre
+        self.observations = [0] * n  # verified tokens per bucket
         self.outcomes = 0  # every outcome counted, verified or not: what taught the calibration
         self._since_fit = 0
         self._apply(_IDENTITY)
@@ -90,12 +89,12 @@ class AcceptanceModel:
         self._evidence: float | None = None if calibration is None else 0.0
         self._centre_pooled: list[float] = []  # what the remembered calibration says of each slot
         if calibration is not None:
-            self._centre_pooled = np.clip(self._slot_means(self._centre), 1e-6, 1.0 - 1e-6).tolist()
+            self._centre_pooled = [min(max(_sigmoid(z), 1e-6), 1.0 - 1e-6) for z in self._slot_logits(centre)]
 
     @property
     def centre(self) -> tuple[float, float, float, float]:
         """The calibration the fit is pulled towards (the identity when none was given)."""
-        return tuple(float(v) for v in self._centre)  # type: ignore[return-value]
+        return self._centre
 
     def fitted(self) -> tuple[float, float, float, float]:
         """The pooled calibration with every outcome so far in it (refitted if some came since the last fit)."""
@@ -109,7 +108,12 @@ class AcceptanceModel:
     def confidence(self, bucket: int, position: int = 0) -> float:
         """Posterior mean acceptance of a token in ``bucket`` at ``position`` in its proposal (0: the
         first), given the tokens before it were accepted."""
-        return self._mean[bucket + self._n * _DEPTH[min(position, 4)]]
+        slot = bucket + self._n * _DEPTH[min(position, 4)]
+        mean = self._mean[slot]
+        if mean is None:  # (computed when first read after a refit: most slots are never read)
+            mean = self._mean[slot] = (self._hits[slot] + self.strength * self._pooled_at(slot)) / (
+                self._total[slot] + self.strength)
+        return mean
 
     def update(self, buckets: Sequence[int], accepted: int) -> None:
         """A proposal's verified tokens with these buckets: the first ``accepted`` were accepted, the next
@@ -119,7 +123,7 @@ class AcceptanceModel:
             self.observations[b] += 1
             b += n * _DEPTH[min(i, 4)]
             self._count(hits, total, b, i < accepted)
-            self._mean[b] = (hits[b] + self.strength * self._pooled[b]) / (total[b] + self.strength)
+            self._mean[b] = (hits[b] + self.strength * self._pooled_at(b)) / (total[b] + self.strength)
         self._counted()
 
     def update_calibration(self, bucket: int, accepted: bool | float) -> None:
@@ -129,17 +133,18 @@ class AcceptanceModel:
         self._count(self._unverified_hits, self._unverified_total, bucket, accepted)
         self._counted()
 
-    def _count(self, hits: np.ndarray, total: np.ndarray, bucket: int, hit: bool | float) -> None:
-        if total[bucket] >= self.recency:  # forget a little: keep following recent outcomes
-            scale = (self.recency - 1.0) / total[bucket]
-            hits[bucket] *= scale
-            total[bucket] *= scale
+    def _count(self, hits: list[float], total: list[float], slot: int, hit: bool | float) -> None:
+        if total[slot] >= self.recency:  # forget a little: keep following recent outcomes
+            scale = (self.recency - 1.0) / total[slot]
+            hits[slot] *= scale
+            total[slot] *= scale
         hit = float(hit)  # (a chance of acceptance counts as that share of a hit)
-        hits[bucket] += hit
-        total[bucket] += 1.0
+        hits[slot] += hit
+        total[slot] += 1.0
+        self._seen.add(slot)
         self.outcomes += 1
         if self._evidence is not None:
-            remembered, given = self._centre_pooled[bucket], self._pooled[bucket]
+            remembered, given = self._centre_pooled[slot], self._pooled_at(slot)
             self._evidence += hit * math.log(remembered / given) + (1.0 - hit) * math.log(
                 (1.0 - remembered) / (1.0 - given))
 
@@ -149,31 +154,103 @@ class AcceptanceModel:
             self._refit()
 
     def _refit(self) -> None:
-        """Fit (a, s, d) by a few Newton steps on all buckets' counts, with a Gaussian prior at (0, 1, 0)."""
+        """Fit (a, s, d₁, d₂) by a few Newton steps on all buckets' counts, with a Gaussian prior at the
+        centre (precision 1, 4, 1, 1)."""
         self._since_fit = 0
         self._evidence = None  # (the fit weighs this run's outcomes from now on)
-        hits, total = self._hits + self._unverified_hits, self._total + self._unverified_total
-        seen = total > 0
-        y, n = hits[seen], total[seen]
-        features = np.stack([np.ones(len(y)), self._logit[seen], self._later[seen], self._deep[seen]])  # [4, seen]
-        theta = np.array(self.calibration)
-        precision = np.diag([1.0, 4.0, 1.0, 1.0])  # 1 / how far the data may move a, s, d₁ and d₂
+        n, exp = self._n, math.exp
+        hits, total, u_hits, u_total, logit = self._hits, self._total, self._unverified_hits, \
+            self._unverified_total, self._logit
+        # Per slot group (first, later, deep tokens), its seen slots' (outcomes, hits, logit of the prior).
+        groups: tuple[list[tuple[float, float, float]], ...] = ([], [], [])
+        for i in sorted(self._seen):
+            groups[i // n].append((total[i] + u_total[i], hits[i] + u_hits[i], logit[i]))
+        a, s, d1, d2 = self.calibration
+        ca, cs, c1, c2 = self._centre
         for _ in range(4):
-            p = 1.0 / (1.0 + np.exp(-(theta @ features)))
-            grad = features @ (y - n * p) - precision @ (theta - self._centre)
-            hess = (features * (n * p * (1 - p))) @ features.T + precision
-            theta = theta + np.linalg.solve(hess, grad)
-        theta[1] = max(theta[1], _MIN_SLOPE)  # the prior's order must stay: a surer bucket never becomes a less sure one
-        self._apply(tuple(float(v) for v in theta))
+            # The features are (1, logit, later, deep), later and deep 0/1 with deep ⊂ later: the gradient
+            # and the Hessian reduce to sums of r, r·l, w, w·l and w·l² per slot group.
+            sums = []
+            for group, rows in enumerate(groups):
+                base = a + (d1 if group else 0.0) + (d2 if group == 2 else 0.0)
+                sw = swl = swll = sr = srl = 0.0
+                for count, y, l in rows:
+                    z = base + s * l
+                    p = 1.0 / (1.0 + exp(-z)) if z > -700.0 else 0.0
+                    expected = count * p
+                    w = expected * (1.0 - p)
+                    sw += w
+                    swl += w * l
+                    swll += w * l * l
+                    sr += y - expected
+                    srl += (y - expected) * l
+                sums.append((sw, swl, swll, sr, srl))
+            (w0, wl0, wll0, r0, rl0), (w1, wl1, wll1, r1, rl1), (w2, wl2, wll2, r2, rl2) = sums
+            later_w, later_wl = w1 + w2, wl1 + wl2
+            hess = [[w0 + later_w + 1.0, wl0 + later_wl, later_w, w2],
+                    [wl0 + later_wl, wll0 + wll1 + wll2 + 4.0, later_wl, wl2],
+                    [later_w, later_wl, later_w + 1.0, w2],
+                    [w2, wl2, w2, w2 + 1.0]]
+            grad = [r0 + r1 + r2 - (a - ca), rl0 + rl1 + rl2 - 4.0 * (s - cs), r1 + r2 - (d1 - c1), r2 - (d2 - c2)]
+            step = _solve_spd(hess, grad)
+            a, s, d1, d2 = a + step[0], s + step[1], d1 + step[2], d2 + step[3]
+        s = max(s, _MIN_SLOPE)  # the prior's order must stay: a surer bucket never becomes a less sure one
+        self._apply((a, s, d1, d2))
 
     def _apply(self, calibration: Sequence[float]) -> None:
-        """Make ``calibration`` the pooled estimate and recompute every slot's posterior mean."""
+        """Make ``calibration`` the pooled estimate; every slot's posterior mean follows when next read."""
         a, s, d1, d2 = calibration
         self.calibration = (float(a), float(s), float(d1), float(d2))
-        self._pooled = self._slot_means(calibration)
-        self._mean = ((self._hits + self.strength * self._pooled) / (self._total + self.strength)).tolist()
+        self._pooled: list[float | None] = [None] * (3 * self._n)
+        self._mean: list[float | None] = [None] * (3 * self._n)
 
-    def _slot_means(self, calibration: Sequence[float]) -> np.ndarray:
-        """Every slot's acceptance as ``calibration`` says (the pooled estimate, before its counts)."""
+    def _pooled_at(self, slot: int) -> float:
+        """The slot's acceptance as the pooled calibration says (before its own counts)."""
+        pooled = self._pooled[slot]
+        if pooled is None:
+            a, s, d1, d2 = self.calibration
+            group = slot // self._n
+            pooled = self._pooled[slot] = _sigmoid(
+                a + s * self._logit[slot] + (d1 if group else 0.0) + (d2 if group == 2 else 0.0))
+        return pooled
+
+    def _slot_logits(self, calibration: Sequence[float]) -> list[float]:
+        """Every slot's log-odds of acceptance as ``calibration`` says."""
         a, s, d1, d2 = calibration
-        return 1.0 / (1.0 + np.exp(-(a + s * self._logit + d1 * self._later + d2 * self._deep)))
+        n = self._n
+        return [a + s * l + (d1 if i >= n else 0.0) + (d2 if i >= 2 * n else 0.0) for i, l in enumerate(self._logit)]
+
+
+def _sigmoid(z: float) -> float:
+    return 1.0 / (1.0 + math.exp(-z)) if z > -700.0 else 0.0  # (exp overflows past 709)
+
+
+def _solve_spd(a: list[list[float]], b: list[float]) -> list[float]:
+    """x with ``a x = b`` for a small symmetric positive definite ``a`` (Cholesky, in place: ``a``'s lower
+    triangle becomes the factor)."""
+    size = len(b)
+    for j in range(size):
+        row = a[j]
+        d = row[j]
+        for k in range(j):
+            d -= row[k] * row[k]
+        d = row[j] = math.sqrt(d)
+        for i in range(j + 1, size):
+            other = a[i]
+            v = other[j]
+            for k in range(j):
+                v -= other[k] * row[k]
+            other[j] = v / d
+    y = list(b)
+    for i in range(size):  # L y = b
+        row = a[i]
+        v = y[i]
+        for k in range(i):
+            v -= row[k] * y[k]
+        y[i] = v / row[i]
+    for i in reversed(range(size)):  # Lᵀ x = y
+        v = y[i]
+        for k in range(i + 1, size):
+            v -= a[k][i] * y[k]
+        y[i] = v / a[i][i]
+    return y
