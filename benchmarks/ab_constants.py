@@ -2,7 +2,7 @@
 
 Usage:
   python benchmarks/ab_constants.py CASE [--kind prompt-lookup|draft-model] [--threads 2] [-n 64]
-                                    [--repeats 20] [--k 4,6] [--variant NAME:field=value,...] [--detail]
+                                    [--repeats 20] [--k 4,6] [--set default] [--variant NAME:field=value,...] [--detail]
 
 CASE: a tiny family of benchmarks/matrix.py (tiny-f32, tiny-wide, tiny-mid-q8, tiny-big-q8: written
 to a temporary folder) or a target GGUF path (``--draft`` for its draft model). A variant replaces
@@ -10,7 +10,7 @@ fields of ``ScheduleConstants`` (``--variant old:guard_quiet_pause=8``); ``--k``
 ``--detail`` adds where each arm's time goes (target passes per answer, the share outside llama.cpp).
 
 Arms are interleaved as `specdec bench` interleaves its strategies (``benchmark.run_trials``: a fresh
-decoder per trial that prefills its prompt, as `specdec run` starts), on the default prompt set, with
+decoder per trial that prefills its prompt, as `specdec run` starts), on a built-in prompt set (`--set`), with
 one temporary user cache (cost profiles and remembered calibrations) for the whole run. Prints, per
 arm, its median throughput over plain's per prompt and their geomean: the ratios the docs quote as
 "side by side". Run it on an otherwise idle machine; the tiny models' ratios move 1-2% between
@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--k", default="", help="fixed k arms (comma-separated)")
+    parser.add_argument("--set", default="default", choices=list(PROMPT_SETS), help="built-in prompts")
     parser.add_argument("--variant", action="append", default=[], help="NAME:field=value,... (repeatable)")
     parser.add_argument("--detail", action="store_true",
                         help="also print, per arm, where an answer's time goes (passes, the share outside llama.cpp)")
@@ -91,13 +92,13 @@ def main() -> None:
         draft = open_engine(EngineSettings(model=draft_path, n_ctx=2048, n_threads=args.threads)) \
             if args.kind == "draft-model" else None
         try:
-            prompts = [(pid, target.tokenize(text)) for pid, _, text in PROMPT_SETS["default"]]
+            prompts = [(pid, target.tokenize(text)) for pid, _, text in PROMPT_SETS[args.set]]
             trials = run_trials(target, draft, strategies, prompts, args.n, args.repeats)
         finally:
             for engine in (draft, target):
                 if engine is not None:
                     engine.close()
-    print(f"{args.case}, {args.kind}, {args.threads} thread(s), {args.n} tokens, {args.repeats} repeats: "
+    print(f"{args.case}, {args.kind}, '{args.set}' prompts, {args.threads} thread(s), {args.n} tokens, {args.repeats} repeats: "
           "arm / plain (median throughput per prompt)")
     reports = summarize(trials, strategies)
     for report in reports[1:]:
