@@ -92,9 +92,9 @@ class ScheduleConstants:
     # more than the tolerance pauses, and new ones needed after a pause: nothing else limits its
     # searches (a tiny model: 24 rounds of 5-10% each as a full window), and a copy that starts
     # meanwhile is found a pause late. Only where a search costs more than the tolerance of a pass
-    # (tiny models; on Gemma 3 270M a search is ~0.1% of a pass and never pauses): 8 left tiny F32 lookup 1.5% slower
-    # (0.955x -> 0.971x plain, six runs over 1 and 2 threads, 64 and 256 tokens). A costly drafter's
-    # looks are limited by probe_share and teach its calibration: a full window for them.
+    # (tiny models; on Gemma 3 270M a search is ~0.1% of a pass and never pauses): 8 left tiny F32
+    # lookup 1.5% slower (0.955x -> 0.971x plain, six runs over 1 and 2 threads, 64 and 256 tokens).
+    # A costly drafter's looks are limited by probe_share and teach its calibration: a full window.
     guard_quiet_rounds: int = 4
     # A pause for such quiet rounds lasts at least this long (doubling from there): they lost only the
     # searches' time, and pauses as short as a lost bet's (probe_interval) left a third of a short
