@@ -67,6 +67,13 @@ class ScheduleConstants:
     first_verify_cap: int = 2
     # Whether a cost profile's measured sizes lift that first cap (False: always start at it).
     trust_profile_sizes: bool = True
+    # Where the profile doesn't vouch for the context (a long prompt on a small model, see start), prompt
+    # lookup's proposals are only looked at (declined: the plain step shows whether the first token was
+    # right) until one is right: a first 2-token bet there cost a tiny F32 model ~2.7 plain steps for
+    # ~2.4 tokens at best, and its copies were wrong (tiny F32 lookup, 2 threads, 64 tokens: 0.968x ->
+    # 0.979x plain; tiny-wide and tiny-mid-q8 within the noise). Models with no long-context timing
+    # (Gemma 3 270M) are always vouched for.
+    look_first: bool = True
     # When a pass longer than the cap looks best but the best within the cap is shorter (cost curves
     # with a bump: T(5) far above T(3) yet T(17) cheap per token), verify up to the cap anyway, once
     # this many rounds in a row were fully accepted: a copy that has run that long likely goes on.
@@ -250,6 +257,7 @@ class AdaptiveSchedule:
         profiled = max(target_costs.seconds) - 1 if target_costs is not None and c.trust_profile_sizes else 0
         self._verify_cap = max(c.first_verify_cap, profiled)
         self._unvouched = False  # the profile doesn't vouch for this generation's context (see start)
+        self._look_first = False  # prompt lookup looks before it bets (ScheduleConstants.look_first)
         self._start_value: float | None = None  # cached _first_token_value()
         self._potential_cache: float | None = None
         self._first_scale = 1.0  # the first-bucket counts are stored divided by this (lazy decay)
@@ -282,6 +290,7 @@ class AdaptiveSchedule:
         # rescales the curve (costfit refits at once when a pass is far off).
         profile = self._verify.profile
         self._unvouched = profile is not None and not profile.vouches_at(context)
+        self._look_first = self._unvouched and self.free_drafter and self.c.look_first
         self._first_proposal = True
         self._untaken = 0  # (the drafter's start takes the prompt in)
         self._unaffordable_until = 0.0  # (a look's price was the catch-up on what it now took in)
@@ -489,7 +498,7 @@ class AdaptiveSchedule:
     def choose(self, proposal: DraftProposal, greedy: bool) -> int:
         tokens = proposal.tokens
         costs = self._cost_table()
-        if not tokens or not costs:
+        if not tokens or not costs or self._look_first:
             return 0
         model = self.models[greedy]
         buckets = proposal.buckets if proposal.buckets is not None and not self._slot_buckets[greedy] \
@@ -557,6 +566,9 @@ class AdaptiveSchedule:
             self._verify_cap = max(self._verify_cap, 2 * verified)
             self._unvouched = False
             self._full_streak = self._full_streak + 1 if accepted == verified else 0
+        elif self._look_first and first_matched is not None and (
+                first_matched >= self.min_confidence() if isinstance(first_matched, float) else first_matched):
+            self._look_first = False
         self._greedy = greedy
         weight = self.c.rate_smoothing
         self._rate_tokens += weight * (generated - self._rate_tokens)

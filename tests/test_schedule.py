@@ -88,7 +88,8 @@ def test_a_profile_vouches_only_for_the_contexts_it_measured():
     proposal = DraftProposal(tokens=(1,) * 16, buckets=(0,) * 16)
 
     def first_two(context):
-        schedule = AdaptiveSchedule(16, target_costs=costs, free_drafter=True, priors={True: [0.95], False: [0.95]})
+        schedule = AdaptiveSchedule(16, target_costs=costs, free_drafter=True, priors={True: [0.95], False: [0.95]},
+                                    constants=ScheduleConstants(look_first=False))  # (the next test looks first)
         schedule.start(context)
         chosen = []
         for _ in range(2):
@@ -99,6 +100,38 @@ def test_a_profile_vouches_only_for_the_contexts_it_measured():
 
     assert first_two(100) == [8, 16]
     assert first_two(400) == [2, 8]
+
+
+@pytest.mark.parametrize("look_first", [True, False])
+def test_prompt_lookup_looks_before_it_bets_where_the_profile_does_not_vouch(look_first):
+    """After 400 tokens (the profile timed 128) prompt lookup's proposals are only looked at until one's
+    first token is right, then verified within the first cap (2); after 100 tokens the first is
+    verified at once. Negative control: look_first=False bets at once after 400 too. Fails if a wrong
+    look ended the looking, or if a right one did not."""
+    gpu = curve_profile("gpu-like")
+    sizes = (1, 2, 3, 5, 9)
+    costs = CostProfile({n: gpu.cost(n) for n in sizes}, long_context=128,
+                        long_seconds={1: 1.2 * gpu.cost(1), 9: 1.5 * gpu.cost(9)})
+    proposal = DraftProposal(tokens=(1,) * 16, buckets=(0,) * 16)
+
+    def chosen(context, looks):
+        schedule = AdaptiveSchedule(16, target_costs=costs, free_drafter=True, priors={True: [0.95], False: [0.95]},
+                                    constants=ScheduleConstants(look_first=look_first))
+        schedule.start(context)
+        out = []
+        for right in looks:
+            k = schedule.choose(proposal, True)
+            out.append(k)
+            schedule.observe(proposal, k, k if right else 0, k + 1, True, 0.0, costs.at_context(context).cost(k + 1),
+                             first_matched=right if k == 0 else None)
+        out.append(schedule.choose(proposal, True))
+        return out
+
+    assert chosen(100, []) == [8]
+    if look_first:
+        assert chosen(400, [False, False, True]) == [0, 0, 0, 2]
+    else:
+        assert chosen(400, []) == [2]
 
 
 def test_a_cost_bump_does_not_trap_the_ramp_at_short_passes():
