@@ -257,9 +257,10 @@ class SpeculativeDecoder:
 
     def _tell(self, untold: list[tuple[list[int], float, float]], greedy: bool) -> None:
         """Tell the drafter and the schedule about plain rounds run without them, in order (and forget them)."""
-        drafter, schedule = self.drafter, self.schedule
+        schedule = self.schedule
+        # The drafter takes all their tokens in one call (it was asked about none of them).
+        self.drafter.accept(0, [token for committed, _, _ in untold for token in committed])  # type: ignore[union-attr]
         for committed, draft_seconds, verify_seconds in untold:
-            drafter.accept(0, committed)  # type: ignore[union-attr]
             schedule.observe(NO_PROPOSAL, 0, 0, len(committed), greedy, draft_seconds, verify_seconds)
         untold.clear()
 

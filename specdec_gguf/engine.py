@@ -295,7 +295,9 @@ class DrafterEngine(Protocol):
         ...
 
     def accept(self, n_accepted: int, committed: Sequence[int]) -> None:
-        """The round kept ``n_accepted`` drafted tokens and committed ``committed`` (accepted + target token)."""
+        """The round kept ``n_accepted`` drafted tokens and committed ``committed`` (accepted + target token).
+        After plain rounds the drafter was not asked about (a pause), ``committed`` holds all their tokens
+        at once, with ``n_accepted`` 0."""
         ...
 
     def rollback(self) -> None:

@@ -128,7 +128,8 @@ class DraftSchedule(Protocol):
     def plain_rounds(self) -> int:
         """How many rounds from now are plain steps whatever they show (a pause; 0: ask ``next_k``). The
         decoder runs them without consulting the schedule or the drafter and tells both about them
-        (``observe``, ``DrafterEngine.accept``) afterwards, in order, before it asks again."""
+        afterwards, before it asks again: the schedule round by round, in order (``observe``), the
+        drafter all their tokens at once (``DrafterEngine.accept``)."""
         ...
 
     def next_k(self, room: int) -> int:
