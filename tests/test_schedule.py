@@ -289,6 +289,41 @@ def test_acceptance_model_learns_that_acceptance_is_bursty():
     assert model.confidence(0, 1) > 0.85
 
 
+def test_the_pooled_calibration_is_the_posterior_mode():
+    """Outcomes drawn from a known calibration: the model's pooled fit is the posterior mode computed
+    independently (numpy Newton steps to convergence on the same counts, with the same Gaussian
+    prior: precision 1, 4, 1, 1 around (0, 1, 0, 0)), and near the truth. Fails if the fit's
+    gradient missed a feature or its prior (another fixed point), or if its steps diverged."""
+    priors = np.array([0.2, 0.4, 0.6, 0.8, 0.9])
+    truth = np.array([0.8, 1.4, 0.5, 0.3])
+    logit = np.log(priors / (1 - priors))
+    rng = np.random.default_rng(1)
+    model = AcceptanceModel(list(priors), recency=1e9)  # (no forgetting: the counts below are the model's)
+    hits, total = np.zeros(15), np.zeros(15)  # slots: bucket + 5 * (first 0, later 1, deep 2)
+    for _ in range(1500):
+        buckets = [int(b) for b in rng.integers(0, 5, size=6)]
+        accepted = 0
+        for i, b in enumerate(buckets):
+            slot = b + 5 * (0 if i == 0 else 1 if i < 4 else 2)
+            z = truth @ [1.0, logit[b], i > 0, i >= 4]
+            right = rng.random() < 1 / (1 + np.exp(-z))
+            hits[slot] += right
+            total[slot] += 1
+            if not right:
+                break
+            accepted += 1
+        model.update(buckets, accepted)
+    features = np.stack([np.ones(15), np.tile(logit, 3), np.repeat([0.0, 1.0, 1.0], 5), np.repeat([0.0, 0.0, 1.0], 5)])
+    precision, centre, theta = np.diag([1.0, 4.0, 1.0, 1.0]), np.array([0.0, 1.0, 0.0, 0.0]), np.array([0.0, 1.0, 0.0, 0.0])
+    for _ in range(50):
+        p = 1 / (1 + np.exp(-(theta @ features)))
+        grad = features @ (hits - total * p) - precision @ (theta - centre)
+        hess = (features * (total * p * (1 - p))) @ features.T + precision
+        theta = theta + np.linalg.solve(hess, grad)
+    assert np.allclose(model.fitted(), theta, atol=1e-6)
+    assert np.allclose(theta, truth, atol=0.25)
+
+
 def test_acceptance_model_follows_a_drift():
     model = AcceptanceModel([0.5], strength=2.0, recency=16.0)
     for _ in range(200):
