@@ -317,3 +317,18 @@ def test_edited_repeats_of_earlier_answers_are_copied_from_memory(alphabet):
             previous = prompt + out
     if alphabet > 10:
         assert copied / total > 0.7
+
+
+def test_a_proposal_longer_than_the_bucket_table_has_a_bucket_for_every_token():
+    """An adaptive cap of 300 tokens and a copy that long: every drafted token gets a confidence bucket
+    (past the table, the longest matches'). Fails with the table's slice alone: 300 tokens came with
+    194 buckets, and DraftProposal raised ValueError (mid-generation, with an adaptive cap above 193)."""
+    from specdec_gguf.schedule import AdaptiveSchedule
+
+    source = [3 + (7 * i) % 500 for i in range(400)]
+    drafter = PromptLookupDrafter()
+    drafter.start(source + source[:40])
+    schedule = AdaptiveSchedule(300, free_drafter=True, priors={g: drafter.acceptance_priors(g) for g in (True, False)})
+    proposal = drafter.propose(300, budget=schedule.budget(True))
+    assert list(proposal.tokens) == source[40:340]
+    assert len(proposal.buckets) == 300 and proposal.buckets[-1] == proposal.buckets[-2]

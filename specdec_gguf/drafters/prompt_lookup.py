@@ -33,14 +33,16 @@ _M_BUCKET = [max(i for i, e in enumerate(_M_EDGES) if m >= e) for m in range(1, 
 _M_PRIOR = (0.25, 0.35, 0.45, 0.55, 0.62, 0.7, 0.78, 0.85, 0.9)
 
 
-# 4 x the match-length bucket of m = 1, 2, ... (padded, so a slice never runs short).
+# 4 x the match-length bucket of m = 1, 2, ... (padded: a slice from any match runs 64 tokens at least).
 _M_BASE = [4 * b for b in _M_BUCKET] + [4 * _M_BUCKET[-1]] * (MAX_MATCH + 64)
 
 
 def _buckets(match: int, n: int, full: bool, ambiguous: bool) -> tuple[int, ...]:
     """Buckets of a proposal's n tokens continuing a match of length ``match``."""
     flags = 2 * full + ambiguous
-    return tuple(b + flags for b in _M_BASE[match - 1:match - 1 + n])
+    base = _M_BASE[match - 1:match - 1 + n]
+    base += [_M_BASE[-1]] * (n - len(base))  # (past the table: the longest matches' bucket)
+    return tuple(b + flags for b in base)
 
 
 def _priors(scale: float) -> tuple[float, ...]:
