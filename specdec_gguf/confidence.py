@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-
 from .errors import ConfigError
 
 _REFIT_EVERY = 4  # updates between refits of the pooled calibration (a refit costs ~50 µs)
@@ -89,7 +88,8 @@ class AcceptanceModel:
         self._evidence: float | None = None if calibration is None else 0.0
         self._centre_pooled: list[float] = []  # what the remembered calibration says of each slot
         if calibration is not None:
-            self._centre_pooled = [min(max(_sigmoid(z), 1e-6), 1.0 - 1e-6) for z in self._slot_logits(centre)]
+            self._centre_pooled = [min(max(_sigmoid(self._slot_logit(centre, slot)), 1e-6), 1.0 - 1e-6)
+                                   for slot in range(3 * n)]
 
     @property
     def centre(self) -> tuple[float, float, float, float]:
@@ -155,7 +155,7 @@ class AcceptanceModel:
 
     def _refit(self) -> None:
         """Fit (a, s, d₁, d₂) by a few Newton steps on all buckets' counts, with a Gaussian prior at the
-        centre (precision 1, 4, 1, 1)."""
+        centre (precisions 1, 4, 1, 1: 1 / how far the data may move a, s, d₁ and d₂)."""
         self._since_fit = 0
         self._evidence = None  # (the fit weighs this run's outcomes from now on)
         n, exp = self._n, math.exp
@@ -208,21 +208,21 @@ class AcceptanceModel:
         """The slot's acceptance as the pooled calibration says (before its own counts)."""
         pooled = self._pooled[slot]
         if pooled is None:
-            a, s, d1, d2 = self.calibration
-            group = slot // self._n
-            pooled = self._pooled[slot] = _sigmoid(
-                a + s * self._logit[slot] + (d1 if group else 0.0) + (d2 if group == 2 else 0.0))
+            pooled = self._pooled[slot] = _sigmoid(self._slot_logit(self.calibration, slot))
         return pooled
 
-    def _slot_logits(self, calibration: Sequence[float]) -> list[float]:
-        """Every slot's log-odds of acceptance as ``calibration`` says."""
+    def _slot_logit(self, calibration: Sequence[float], slot: int) -> float:
+        """The slot's log-odds of acceptance as ``calibration`` says."""
         a, s, d1, d2 = calibration
-        n = self._n
-        return [a + s * l + (d1 if i >= n else 0.0) + (d2 if i >= 2 * n else 0.0) for i, l in enumerate(self._logit)]
+        group = slot // self._n
+        return a + s * self._logit[slot] + (d1 if group else 0.0) + (d2 if group == 2 else 0.0)
 
 
 def _sigmoid(z: float) -> float:
-    return 1.0 / (1.0 + math.exp(-z)) if z > -700.0 else 0.0  # (exp overflows past 709)
+    if z >= 0.0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)  # (for z < 0: exp(-z) could overflow)
+    return e / (1.0 + e)
 
 
 def _solve_spd(a: list[list[float]], b: list[float]) -> list[float]:
