@@ -558,6 +558,13 @@ class AdaptiveSchedule:
                 if not self._slot_buckets[g] and m.outcomes >= at_least.get(g, 0)}
 
     # -- learning -----------------------------------------------------------------------------------
+    def _right_look(self, first_matched: bool | float | None) -> bool:
+        """Whether a declined proposal's first token was right (see observe): greedy, the plain step's own
+        token; sampled, a chance of acceptance at which drafted runs could pay (min_confidence)."""
+        if isinstance(first_matched, float):
+            return first_matched >= self.min_confidence()
+        return bool(first_matched)
+
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
                 draft_seconds: float, verify_seconds: float, first_matched: bool | float | None = None) -> None:
         seconds = draft_seconds + verify_seconds
@@ -567,8 +574,7 @@ class AdaptiveSchedule:
             self._verify_cap = max(self._verify_cap, 2 * verified)
             self._unvouched = False
             self._full_streak = self._full_streak + 1 if accepted == verified else 0
-        elif self._look_first and first_matched is not None and (
-                first_matched >= self.min_confidence() if isinstance(first_matched, float) else first_matched):
+        elif self._look_first and self._right_look(first_matched):
             self._look_first = False
         self._greedy = greedy
         weight = self.c.rate_smoothing
@@ -583,8 +589,7 @@ class AdaptiveSchedule:
         # trust. After a wrong one the wait goes on doubling as before. Sampled, "right" is a chance of
         # acceptance at which drafted runs could pay (min_confidence): looks whose tokens had lesser
         # chances repeated round after round where drafting can't pay (a tiny F32 pair: 0.97x -> 0.945x).
-        self._look_again = self._probing and (accepted > 0 or (
-            first_matched >= self.min_confidence() if isinstance(first_matched, float) else bool(first_matched)))
+        self._look_again = self._probing and (accepted > 0 or self._right_look(first_matched))
         if drafted == 0:
             self._rounds_since_draft += 1
             self._untaken += generated

@@ -33,8 +33,8 @@ _M_BUCKET = [max(i for i, e in enumerate(_M_EDGES) if m >= e) for m in range(1, 
 _M_PRIOR = (0.25, 0.35, 0.45, 0.55, 0.62, 0.7, 0.78, 0.85, 0.9)
 
 
-# 4 x the match-length bucket of m = 1, 2, ... (padded: a slice from any match runs 64 tokens at least).
-_M_BASE = [4 * b for b in _M_BUCKET] + [4 * _M_BUCKET[-1]] * (MAX_MATCH + 64)
+# 4 x the match-length bucket of m = 1, 2, ... (past its end: the last, see _buckets).
+_M_BASE = [4 * b for b in _M_BUCKET]
 
 
 def _buckets(match: int, n: int, full: bool, ambiguous: bool) -> tuple[int, ...]:
