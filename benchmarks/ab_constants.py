@@ -2,12 +2,13 @@
 
 Usage:
   python benchmarks/ab_constants.py CASE [--kind prompt-lookup|draft-model] [--threads 2] [-n 64]
-                                    [--repeats 20] [--k 4,6] [--set default] [--variant NAME:field=value,...] [--detail]
+                                    [--repeats 20] [--k 4,6] [--adaptive-k 16] [--set default] [--variant NAME:field=value,...] [--detail]
 
 CASE: a tiny family of benchmarks/matrix.py (tiny-f32, tiny-wide, tiny-mid-q8, tiny-big-q8: written
 to a temporary folder) or a target GGUF path (``--draft`` for its draft model). A variant replaces
 fields of ``ScheduleConstants`` (``--variant old:guard_quiet_pause=8``); ``--k`` adds fixed-k arms;
-``--detail`` adds where each arm's time goes (target passes per answer, the share outside llama.cpp).
+``--adaptive-k`` adds the shipped adaptive schedule with other bounds on a proposal's length (a draft
+model's is 8); ``--detail`` adds where each arm's time goes (target passes per answer, the share outside llama.cpp).
 
 Arms are interleaved as `specdec bench` interleaves its strategies (``benchmark.run_trials``: a fresh
 decoder per trial that prefills its prompt, as `specdec run` starts), on a built-in prompt set (`--set`), with
@@ -69,6 +70,8 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--k", default="", help="fixed k arms (comma-separated)")
+    parser.add_argument("--adaptive-k", default="",
+                        help="also the shipped adaptive schedule with these bounds on a proposal (comma-separated)")
     parser.add_argument("--set", default="default", choices=list(PROMPT_SETS), help="built-in prompts")
     parser.add_argument("--variant", action="append", default=[], help="NAME:field=value,... (repeatable)")
     parser.add_argument("--detail", action="store_true",
@@ -79,6 +82,8 @@ def main() -> None:
     strategies = matrix_strategies(args.kind, fixed)[:-1]  # plain and the fixed k, named as the matrix names them
     strategies += [Strategy(name, DrafterSettings(kind=args.kind), constants=constants)
                    for name, constants in variants.items()]
+    strategies += [Strategy(f"bound {k}", DrafterSettings(kind=args.kind, num_draft_tokens=k))
+                   for k in [int(k) for k in args.adaptive_k.split(",") if k]]
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["SPECDEC_CACHE_DIR"] = str(Path(tmp) / "cache")  # (read when a decoder is made)
         if args.case in TINY:

@@ -33,9 +33,6 @@ _REFIT_EVERY = 4  # updates between refits of the pooled calibration (a refit co
 _DEPTH = (0, 1, 1, 1, 2)  # slot group of a token at position 0, 1, ... in its proposal (4 and on: deep)
 _IDENTITY = (0.0, 1.0, 0.0, 0.0)  # the calibration that leaves the drafter's priors as they are
 _MIN_SLOPE = 0.1  # s: the priors' order must stay
-# Log-likelihood ratio by which this run's first outcomes must favour a remembered calibration over
-# the priors as given for it to take effect before the first regular refit.
-_EARLY_EVIDENCE = math.log(8.0)
 
 
 class AcceptanceModel:
@@ -50,24 +47,28 @@ class AcceptanceModel:
     are in: a calibration learned on other prompts is confirmed before it is bet on (started
     there, the simulation lost up to 9% to plain decoding on a prompt unlike the earlier ones).
     That refit comes after ``_REFIT_EVERY`` updates, or as soon as this run's outcomes favour the
-    remembered calibration over the priors as given by a likelihood ratio of 8 (two right first
-    tokens where the priors said 0.15 and the calibration 0.8): a draft that undersells itself
-    was otherwise looked at one token a round for four rounds, 8% of a 64-token answer.
+    remembered calibration over the priors as given by the likelihood ratio ``early_evidence``
+    (8: two right first tokens where the priors said 0.15 and the calibration 0.8): a draft that
+    undersells itself was otherwise looked at one token a round for four rounds, 8% of a 64-token
+    answer.
     """
 
     def __init__(self, priors: Sequence[float], strength: float = 3.0, recency: float = 64.0,
-                 calibration: Sequence[float] | None = None) -> None:
+                 calibration: Sequence[float] | None = None, early_evidence: float = 8.0) -> None:
         if not len(priors):
             raise ConfigError("an acceptance model needs at least one bucket prior")
         if any(not 0.0 < p < 1.0 for p in priors):
             raise ConfigError(f"bucket priors must lie in (0, 1); got {list(priors)}")
         if strength <= 0 or recency < 1:
             raise ConfigError(f"strength={strength} must be > 0 and recency={recency} >= 1")
+        if not early_evidence >= 1.0:  # (also rejects NaN)
+            raise ConfigError(f"early_evidence={early_evidence} must be a likelihood ratio >= 1")
         centre = _IDENTITY if calibration is None else tuple(float(v) for v in calibration)
         if len(centre) != 4 or not all(math.isfinite(v) for v in centre) or centre[1] < _MIN_SLOPE:
             raise ConfigError(f"calibration={calibration!r} must be four finite numbers (a, s, d1, d2) with s >= "
                               f"{_MIN_SLOPE}")
         self.strength, self.recency = strength, recency
+        self._early_evidence = math.log(early_evidence)  # (compared with a log-likelihood ratio)
         self._n = n = len(priors)
         # Slots: bucket b's first tokens at b, its later ones at n + b, its deep ones at 2n + b. Plain
         # lists, not arrays: a round touches a few slots, and numpy's per-call cost (run with caches a
@@ -150,7 +151,7 @@ class AcceptanceModel:
 
     def _counted(self) -> None:
         self._since_fit += 1
-        if self._since_fit >= _REFIT_EVERY or self._evidence is not None and self._evidence >= _EARLY_EVIDENCE:
+        if self._since_fit >= _REFIT_EVERY or self._evidence is not None and self._evidence >= self._early_evidence:
             self._refit()
 
     def _refit(self) -> None:

@@ -15,6 +15,7 @@ from specdec_gguf.drafters import AutoregressiveDrafter, PromptLookupDrafter
 from specdec_gguf.engines.simulated import TraceEngine, VirtualClock
 from specdec_gguf.errors import ConfigError
 from specdec_gguf.profile import CostProfile, save
+from specdec_gguf.schedule import AdaptiveSchedule, ScheduleConstants
 from specdec_gguf.simulation import curve_profile, synthetic_traces
 
 PRIORS = [0.1, 0.3, 0.6, 0.9]
@@ -49,6 +50,25 @@ def test_a_remembered_calibration_takes_effect_as_soon_as_the_first_outcomes_fav
         unremembered.update_calibration(0, True)
         refuted.update_calibration(0, False)
     assert [round(m.confidence(b), 6) for m in (unremembered, refuted) for b in range(4)] == PRIORS * 2
+
+
+def test_the_evidence_a_remembered_calibration_needs_is_a_setting():
+    # One right first token in bucket 0 favours the calibration by ~4.5 (0.45 against the prior's 0.1).
+    eager = AcceptanceModel(PRIORS, calibration=(2.0, 1.0, 0.0, 0.0), early_evidence=4.0)
+    strict = AcceptanceModel(PRIORS, calibration=(2.0, 1.0, 0.0, 0.0), early_evidence=5.0)
+    for model in (eager, strict):
+        model.update_calibration(0, True)
+    assert eager.confidence(0) > 0.3  # 4.5 >= 4: taken
+    assert round(strict.confidence(0), 6) == PRIORS[0]  # 4.5 < 5: not yet
+    # The schedule hands its constant on.
+    schedule = AdaptiveSchedule(8, priors={True: PRIORS, False: PRIORS},
+                                calibrations={True: (2.0, 1.0, 0.0, 0.0)},
+                                constants=ScheduleConstants(early_evidence=4.0))
+    schedule.models[True].update_calibration(0, True)
+    assert schedule.models[True].confidence(0) > 0.3
+    for bad in (0.5, float("nan")):
+        with pytest.raises(ConfigError, match="early_evidence"):
+            AcceptanceModel(PRIORS, early_evidence=bad)
 
 
 @pytest.mark.parametrize("bad", [(0.0, 1.0, 0.0), (0.0, 0.0, 0.0, 0.0), (float("nan"), 1.0, 0.0, 0.0)])
