@@ -48,13 +48,13 @@ class AcceptanceModel:
     there, the simulation lost up to 9% to plain decoding on a prompt unlike the earlier ones).
     That refit comes after ``_REFIT_EVERY`` updates, or as soon as this run's outcomes favour the
     remembered calibration over the priors as given by the likelihood ratio ``early_evidence``
-    (8: two right first tokens where the priors said 0.15 and the calibration 0.8): a draft that
+    (6: two right first tokens where the priors said 0.3 and the calibration 0.75): a draft that
     undersells itself was otherwise looked at one token a round for four rounds, 8% of a 64-token
-    answer.
+    answer (``ScheduleConstants.early_evidence`` says why 6).
     """
 
     def __init__(self, priors: Sequence[float], strength: float = 3.0, recency: float = 64.0,
-                 calibration: Sequence[float] | None = None, early_evidence: float = 8.0) -> None:
+                 calibration: Sequence[float] | None = None, early_evidence: float = 6.0) -> None:
         if not len(priors):
             raise ConfigError("an acceptance model needs at least one bucket prior")
         if any(not 0.0 < p < 1.0 for p in priors):
