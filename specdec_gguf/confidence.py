@@ -124,7 +124,7 @@ class AcceptanceModel:
             self.observations[b] += 1
             b += n * _DEPTH[min(i, 4)]
             self._count(hits, total, b, i < accepted)
-            self._mean[b] = (hits[b] + self.strength * self._pooled_at(b)) / (total[b] + self.strength)
+            self._mean[b] = None  # (recomputed when next read: see confidence)
         self._counted()
 
     def update_calibration(self, bucket: int, accepted: bool | float) -> None:

@@ -264,8 +264,10 @@ class AdaptiveSchedule:
         # measured (at a short context), so a run with one may start at the largest of them.
         profiled = max(target_costs.seconds) - 1 if target_costs is not None and c.trust_profile_sizes else 0
         self._verify_cap = max(c.first_verify_cap, profiled)
-        self._unvouched = False  # the profile doesn't vouch for this generation's context (see start)
-        self._look_first = False  # prompt lookup looks before it bets (ScheduleConstants.look_first)
+        # Where the profile doesn't vouch for this generation's context (see start), the most a verify
+        # pass may hold until one is timed there: None where it vouches; 0 while prompt lookup only looks
+        # (ScheduleConstants.look_first), first_verify_cap from its first right look on.
+        self._unvouched_cap: int | None = None
         self._start_value: float | None = None  # cached _first_token_value()
         self._potential_cache: float | None = None
         self._first_scale = 1.0  # the first-bucket counts are stored divided by this (lazy decay)
@@ -297,8 +299,9 @@ class AdaptiveSchedule:
         # 64-token answer): the first verify pass holds at most first_verify_cap tokens, and timing it
         # rescales the curve (costfit refits at once when a pass is far off).
         profile = self._verify.profile
-        self._unvouched = profile is not None and not profile.vouches_at(context)
-        self._look_first = self._unvouched and self.free_drafter and self.c.look_first
+        self._unvouched_cap = None
+        if profile is not None and not profile.vouches_at(context):
+            self._unvouched_cap = 0 if self.free_drafter and self.c.look_first else self.c.first_verify_cap
         self._first_proposal = True
         self._untaken = 0  # (the drafter's start takes the prompt in)
         self._unaffordable_until = 0.0  # (a look's price was the catch-up on what it now took in)
@@ -506,13 +509,13 @@ class AdaptiveSchedule:
     def choose(self, proposal: DraftProposal, greedy: bool) -> int:
         tokens = proposal.tokens
         costs = self._cost_table()
-        if not tokens or not costs or self._look_first:
+        cap = self._verify_cap if self._unvouched_cap is None else min(self._verify_cap, self._unvouched_cap)
+        if not tokens or not costs or not cap:
             return 0
         model = self.models[greedy]
         buckets = proposal.buckets if proposal.buckets is not None and not self._slot_buckets[greedy] \
             else range(len(tokens))
         lam = self.rate()
-        cap = min(self._verify_cap, self.c.first_verify_cap) if self._unvouched else self._verify_cap
         # Past the cap only after a streak (see below): otherwise the best within it is the answer.
         exploring = self._full_streak >= self.c.explore_streak
         longest = min(len(tokens), len(costs) - 1) if exploring else min(len(tokens), len(costs) - 1, cap)
@@ -579,10 +582,10 @@ class AdaptiveSchedule:
         self._verify.record(verified + 1, verify_seconds, seconds)
         if verified:
             self._verify_cap = max(self._verify_cap, 2 * verified)
-            self._unvouched = False
+            self._unvouched_cap = None  # (timed at this context now)
             self._full_streak = self._full_streak + 1 if accepted == verified else 0
-        elif self._look_first and self._right_look(first_matched):
-            self._look_first = False
+        elif self._unvouched_cap == 0 and self._right_look(first_matched):
+            self._unvouched_cap = self.c.first_verify_cap
         self._greedy = greedy
         weight = self.c.rate_smoothing
         self._rate_tokens += weight * (generated - self._rate_tokens)
