@@ -16,7 +16,7 @@ import pytest
 
 from specdec_gguf import DraftProposal
 from specdec_gguf.costfit import DraftPrice
-from specdec_gguf.engines.simulated import TraceEngine, VirtualClock
+from specdec_gguf.engines.simulated import SimulatedDraftEngine, TraceEngine, VirtualClock
 from specdec_gguf.guard import GainGuard
 from specdec_gguf.profile import FORMAT, CostProfile, load_cached, measure, save
 from specdec_gguf.proposal import NO_PROPOSAL
@@ -329,6 +329,20 @@ def test_the_simulated_target_charges_the_switch():
     assert timed([1, 2, 3]) == pytest.approx(2.0)
     assert timed([4]) == pytest.approx(1.5)  # after a 3-token pass: graph rebuilt
     assert timed([5]) == pytest.approx(1.0)  # after a one-token pass: reused
+
+
+@pytest.mark.parametrize("last", ["forward_last_argmax", "forward_last_logits"])
+def test_the_simulated_engines_catch_up_and_draft_in_one_pass(last):
+    """A draft's catch-up on [anchor, bonus] is one llama.cpp pass of 2 tokens, not an advance and then a
+    forward (which charged a simulated draft a second pass's fixed cost every proposal)."""
+    clock = VirtualClock()
+    costs = CostProfile({1: 1.0, 2: 1.25}, switch_seconds=0.0)
+    engine = SimulatedDraftEngine(list(range(20)), [True] * 20, [0.9] * 20, 32, costs, clock)
+    start = clock()
+    out = getattr(engine, last)([0, 1])
+    assert clock() - start == pytest.approx(1.25)
+    assert engine.passes == 1 and engine.n_past == 2
+    assert (int(out) if last == "forward_last_argmax" else int(out.argmax())) == 2  # the trace's next token
 
 
 def test_measuring_times_plain_steps_after_plain_steps(target):

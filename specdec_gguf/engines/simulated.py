@@ -97,6 +97,18 @@ class TraceEngine(EngineBase):
         out[np.arange(len(tokens)), self._next(start, len(tokens))] = self.margin
         return out
 
+    # One pass, as llama.cpp runs them (EngineBase's advance-then-forward would be two, each paying a
+    # pass's fixed cost: a simulated draft paid one extra pass per proposal).
+    def forward_last_argmax(self, tokens: Sequence[int]) -> int:
+        if len(tokens) == 0:
+            raise EngineError("forward_last_* needs at least one token")
+        return int(self.forward_argmax(tokens)[-1])
+
+    def forward_last_logits(self, tokens: Sequence[int]) -> np.ndarray:
+        if len(tokens) == 0:
+            raise EngineError("forward_last_* needs at least one token")
+        return self.forward_logits(tokens)[-1]
+
 
 class SimulatedDraftEngine(TraceEngine):
     """A draft model for a trace: after position p it proposes ``trace[p + 1]`` where ``agree[p + 1]``,
