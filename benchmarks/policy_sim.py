@@ -4,7 +4,9 @@ Usage: python benchmarks/policy_sim.py [--traces FILE.jsonl] [-n 64,256] [--json
 
 A trace is a prompt plus the target's greedy output (synthetic ones are built here;
 `--traces` adds recorded ones: JSONL lines {"id", "prompt": [ids], "output": [ids],
-"n_vocab"}). Each run uses a fresh decoder (cold, as `specdec run`), so what counts
+"n_vocab"}, and with `--drafter draft-model`, a recorded draft's "draft_agree" and
+"draft_confidence" per position, which the simulated draft replays: benchmarks/record_traces.py
+--draft). Each run uses a fresh decoder (cold, as `specdec run`), so what counts
 is how fast the policy learns. Reports simulated throughput relative to plain decoding,
 for adaptive and fixed k, and adaptive's ratio to the best fixed k.
 
@@ -40,7 +42,8 @@ def load_traces(path: Path) -> list[Trace]:
     for line in path.read_text(encoding="utf-8").split("\n"):
         if line.strip():
             d = json.loads(line)
-            out.append(Trace(d["id"], d["prompt"], d["output"], int(d["n_vocab"])))
+            out.append(Trace(d["id"], d["prompt"], d["output"], int(d["n_vocab"]), d.get("draft_agree"),
+                             d.get("draft_confidence")))
     return out
 
 
@@ -52,6 +55,8 @@ def main() -> None:
     parser.add_argument("--draft-style", choices=["informative", "underconfident"], default="informative",
                         help="the simulated draft's confidences (see simulation.draft_pattern)")
     parser.add_argument("--agreement", type=float, default=0.8, help="the simulated draft's agreement in easy stretches")
+    parser.add_argument("--draft-ratio", type=float, default=0.1,
+                        help="a draft model's one-token pass over the target's (tiny-wide's pair: 0.13 at 2 threads)")
     parser.add_argument("--only-recorded", action="store_true")
     parser.add_argument("--remembered", action="store_true",
                         help="adaptive starts from the calibration the other traces' runs left (a second run)")
@@ -72,7 +77,7 @@ def main() -> None:
                 for trace in traces:
                     run = functools.partial(simulate_run, trace, curve, n, drafter=args.drafter,
                                             agreement=args.agreement, draft_style=args.draft_style,
-                                            constants=constants)
+                                            draft_ratio=args.draft_ratio, constants=constants)
                     runs[name][trace.id] = run, run(None)
             for trace in traces:
                 run, cold = runs["shipped"][trace.id]

@@ -1,9 +1,16 @@
 """Record the target's greedy output for the built-in prompt sets, as traces for policy_sim.py.
 
-Usage: python benchmarks/record_traces.py --model M.gguf [--set all] [-n 256] [--out traces.jsonl]
+Usage: python benchmarks/record_traces.py --model M.gguf [--draft D.gguf] [--set all] [-n 256] [--ignore-eog]
+                                         [--name NAME] [--out traces.jsonl]
 
 Timing-free (any machine load is fine): each line holds the prompt ids, the plain greedy
-output ids (stopped at end-of-generation or -n) and the vocabulary size.
+output ids (stopped at end-of-generation, unless ``--ignore-eog`` as the benchmarks do, or -n)
+and the vocabulary size; ids are NAME:prompt (NAME: the model file's stem). With ``--draft``,
+also the draft model's behaviour teacher-forced over prompt + output, which the simulation's
+draft replays (``simulation.Trace``): at each position whether the draft's argmax given all
+before it is the target's token ("draft_agree") and the draft's top probability there
+("draft_confidence", its bucket's input). That is all a greedy draft's proposals depend on: it
+drafts on from the committed context, and tokens after its first wrong one are never verified.
 """
 
 from __future__ import annotations
@@ -13,31 +20,60 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec_gguf import SpeculativeDecoder  # noqa: E402
 from specdec_gguf.engines import LlamaCppEngine  # noqa: E402
 from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
 
+_CHUNK = 64  # positions per draft pass (within any n_batch)
+
+
+def draft_behaviour(draft: LlamaCppEngine, tokens: list[int]) -> tuple[list[bool], list[float]]:
+    """Teacher-forced over ``tokens``: whether the draft's argmax at each position is the token there,
+    and its top probability (position 0 has no context: counted right, at 0.5)."""
+    draft.reset(0)
+    agree, confidence = [True], [0.5]
+    for start in range(0, len(tokens) - 1, _CHUNK):
+        rows = np.asarray(draft.forward_logits(tokens[start:min(start + _CHUNK, len(tokens) - 1)]), dtype=np.float64)
+        for i, row in enumerate(rows, start=start + 1):
+            top = int(np.argmax(row))
+            agree.append(top == tokens[i])
+            confidence.append(float(1.0 / np.exp(row - row[top]).sum()))
+    return agree, confidence
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True)
+    parser.add_argument("--draft", help="a draft model to record teacher-forced (see above)")
     parser.add_argument("--set", default="all", choices=sorted(PROMPT_SETS))
     parser.add_argument("-n", type=int, default=256)
     parser.add_argument("-t", "--threads", type=int, default=None)
+    parser.add_argument("--ignore-eog", action="store_true", help="always generate -n tokens")
+    parser.add_argument("--name", help="the traces' id prefix (default: the model file's stem)")
     parser.add_argument("--out", type=Path, default=Path("traces.jsonl"))
     args = parser.parse_args()
     engine = LlamaCppEngine(args.model, n_ctx=2048, n_threads=args.threads)
-    name = Path(args.model).stem
+    draft = LlamaCppEngine(args.draft, n_ctx=2048, n_threads=args.threads) if args.draft else None
+    name = args.name or Path(args.model).stem
     with open(args.out, "a", encoding="utf-8") as out:
         for pid, kind, text in PROMPT_SETS[args.set]:
             prompt = engine.tokenize(text)
-            result = SpeculativeDecoder(engine).generate(prompt, args.n)
-            out.write(json.dumps({"id": f"{name}:{pid}", "kind": kind, "prompt": prompt, "output": result.tokens,
-                                  "n_vocab": engine.n_vocab}) + "\n")
-            print(f"{pid}: {len(result.tokens)} tokens ({result.stop_reason})", file=sys.stderr)
+            result = SpeculativeDecoder(engine).generate(prompt, args.n, ignore_eog=args.ignore_eog)
+            line = {"id": f"{name}:{pid}", "kind": kind, "prompt": prompt, "output": result.tokens,
+                    "n_vocab": engine.n_vocab}
+            note = ""
+            if draft is not None:
+                line["draft_agree"], line["draft_confidence"] = draft_behaviour(draft, prompt + result.tokens)
+                note = f", draft right {np.mean(line['draft_agree'][len(prompt):]):.2f} of them"
+            out.write(json.dumps(line) + "\n")
+            print(f"{pid}: {len(result.tokens)} tokens ({result.stop_reason}){note}", file=sys.stderr)
     engine.close()
+    if draft is not None:
+        draft.close()
 
 
 if __name__ == "__main__":

@@ -42,12 +42,27 @@ def curve_profile(name: str) -> CostProfile:
 
 @dataclass
 class Trace:
-    """A prompt and the target's greedy output for it."""
+    """A prompt and the target's greedy output for it.
+
+    ``draft_agree`` / ``draft_confidence``: a real draft model's behaviour, recorded teacher-forced
+    over prompt + output (benchmarks/record_traces.py ``--draft``): at each position, whether the
+    draft's argmax given everything before it is the trace's token, and the draft's top probability
+    there. A simulated draft model replays them instead of a synthetic pattern (None: synthetic).
+    """
 
     id: str
     prompt: list[int]
     output: list[int]
     n_vocab: int
+    draft_agree: list[bool] | None = None
+    draft_confidence: list[float] | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.prompt) + len(self.output)
+        recorded = (self.draft_agree, self.draft_confidence)
+        if (recorded[0] is None) != (recorded[1] is None) or any(r is not None and len(r) != n for r in recorded):
+            raise ValueError(f"trace {self.id}: draft_agree and draft_confidence need one entry per position "
+                             f"of prompt + output ({n}), both or neither")
 
     def target(self, costs: CostProfile, clock: VirtualClock) -> TraceEngine:
         """A simulated target whose greedy output is this trace's, its passes costing what ``costs``
@@ -158,10 +173,10 @@ def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, dr
     """One run on ``trace`` with a fresh decoder.
 
     ``k`` None: the adaptive schedule (or ``schedule``, if given); 0: plain decoding; else fixed k.
-    ``drafter`` "draft-model" simulates a draft agreeing with the target ``agreement`` of the
-    time in easy stretches, costing ``draft_ratio`` of a target pass per token, with confidences
-    of ``draft_style`` (see :func:`draft_pattern`). ``calibrations``: the calibrations earlier runs
-    left in the store (calibrations.py), which the adaptive schedule pulls its fit towards, as
+    ``drafter`` "draft-model" simulates a draft costing ``draft_ratio`` of a target pass per token
+    that replays the trace's recorded draft, or (without one) agrees with the target ``agreement``
+    of the time in easy stretches with confidences of ``draft_style`` (see :func:`draft_pattern`).
+    ``calibrations``: the calibrations earlier runs left in the store (calibrations.py), which the adaptive schedule pulls its fit towards, as
     ``specdec run`` does after earlier runs with the same models. ``constants``: the adaptive
     schedule's (None: the shipped ones).
     """
@@ -173,7 +188,10 @@ def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, dr
     if drafter == "prompt-lookup":
         drafting = PromptLookupDrafter()
     else:
-        agree, conf = draft_pattern(np.random.default_rng(seed), len(full), agreement, draft_style)
+        if trace.draft_agree is not None and trace.draft_confidence is not None:
+            agree, conf = trace.draft_agree, trace.draft_confidence  # (a recorded draft: replayed)
+        else:
+            agree, conf = draft_pattern(np.random.default_rng(seed), len(full), agreement, draft_style)
         base = costs.cost(1)
         draft_costs = CostProfile({1: base * draft_ratio, 2: base * draft_ratio * 1.2})
         drafting = AutoregressiveDrafter(SimulatedDraftEngine(full, agree, conf, trace.n_vocab, draft_costs, clock))

@@ -646,6 +646,27 @@ def test_draft_model_never_loses_to_plain_decoding(curve):
         assert plain / adaptive >= bound, (trace.id, n, plain / adaptive)
 
 
+def test_a_recorded_draft_is_replayed():
+    """A trace with a recorded draft (benchmarks/record_traces.py --draft): the simulated draft proposes
+    the trace's token exactly where the recording says its argmax was right. Fixed k = 4 on a linear curve
+    (a pass costs what its tokens do) with a recording right at every output position pays one token's
+    pass per token; right nowhere, five (each 5-token pass keeps one)."""
+    base = TRACES[0]
+    n = 60
+    positions = len(base.prompt) + len(base.output)
+
+    def cost_per_token(right: bool) -> float:
+        agree = [True] * len(base.prompt) + [right] * len(base.output)
+        trace = Trace(base.id, base.prompt, base.output, base.n_vocab, agree, [0.5] * positions)
+        seconds = simulate(trace, "linear", n, 4, drafter="draft-model", draft_ratio=1e-6)
+        return seconds / (n * curve_profile("linear").cost(1))
+
+    assert cost_per_token(False) == pytest.approx(5.0, rel=0.05)  # (the last rounds are cut to the room left)
+    assert cost_per_token(True) == pytest.approx(1.0, rel=0.05)
+    with pytest.raises(ValueError, match="one entry per position"):
+        Trace(base.id, base.prompt, base.output, base.n_vocab, [True], [0.5])
+
+
 def test_draft_model_drafts_where_it_pays():
     """A cheap, well-agreeing draft on a GPU-like curve: the schedule drafts and gains."""
     ratios = [simulate(t, "gpu-like", 256, 0, drafter="draft-model", agreement=0.95)
