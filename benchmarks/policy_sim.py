@@ -1,6 +1,6 @@
 """Draft policies on a virtual clock: every cost curve x every trace, no timing noise.
 
-Usage: python benchmarks/policy_sim.py [--traces FILE.jsonl] [-n 64,256] [--json]
+Usage: python benchmarks/policy_sim.py [--traces FILE.jsonl] [-n 64,256] [--curve NAME[=...]] [--json]
 
 A trace is a prompt plus the target's greedy output (synthetic ones are built here;
 `--traces` adds recorded ones: JSONL lines {"id", "prompt": [ids], "output": [ids],
@@ -47,6 +47,25 @@ def load_traces(path: Path) -> list[Trace]:
     return out
 
 
+def parse_curve(text: str) -> str:
+    """A curve's name; NAME=T1_MS:R2,R3,R5,R9[:SWITCH] first adds it to simulation.CURVES."""
+    if "=" not in text:
+        if text not in CURVES:
+            raise SystemExit(f"--curve {text!r}: not one of {sorted(CURVES)} (or define it: NAME=T1_MS:R2,R3,R5,R9)")
+        return text
+    name, spec = text.split("=", 1)
+    try:
+        fields = spec.split(":")
+        ratios = [float(r) for r in fields[1].split(",")]
+        if len(ratios) != 4 or len(fields) > 3:
+            raise ValueError
+        CURVES[name] = (float(fields[0]) / 1e3, {1: 1.0, **dict(zip((2, 3, 5, 9), ratios))},
+                        float(fields[2]) if len(fields) == 3 else 0.0)
+    except (ValueError, IndexError):
+        raise SystemExit(f"--curve {text!r}: expected NAME=T1_MS:R2,R3,R5,R9[:SWITCH]") from None
+    return name
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--traces", type=Path, help="recorded traces (JSONL) to add to the synthetic ones")
@@ -61,8 +80,13 @@ def main() -> None:
     parser.add_argument("--remembered", action="store_true",
                         help="adaptive starts from the calibration the other traces' runs left (a second run)")
     parser.add_argument("--variant", action="append", default=[], help="NAME:field=value,... (repeatable)")
+    parser.add_argument("--curve", action="append", default=[],
+                        help="run only these curves (repeatable): a name of simulation.CURVES, or a measured one as "
+                             "NAME=T1_MS:R2,R3,R5,R9[:SWITCH] (T(n)/T(1) for n = 2, 3, 5, 9, as `specdec calibrate` "
+                             "prints them; SWITCH: a one-token pass after another size costs this share of T(1) more)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    curves = [parse_curve(c) for c in args.curve] or list(CURVES)
     variants: dict[str, ScheduleConstants | None] = {"shipped": None}
     variants.update(parse_variant(v) for v in args.variant)
     traces = [] if args.only_recorded else synthetic_traces()
@@ -71,7 +95,7 @@ def main() -> None:
     ks = [1, 2, 4, 8, 16, 32] if args.drafter == "prompt-lookup" else [1, 2, 4, 8]
     rows = []
     for n in [int(x) for x in args.n.split(",")]:
-        for curve in CURVES:
+        for curve in curves:
             runs: dict[str, dict[str, tuple]] = {name: {} for name in variants}  # (run, its cold adaptive run)
             for name, constants in variants.items():
                 for trace in traces:
