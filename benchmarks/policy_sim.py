@@ -8,7 +8,9 @@ A trace is a prompt plus the target's greedy output (synthetic ones are built he
 "draft_confidence" per position, which the simulated draft replays: benchmarks/record_traces.py
 --draft). Each run uses a fresh decoder (cold, as `specdec run`), so what counts
 is how fast the policy learns. Reports simulated throughput relative to plain decoding,
-for adaptive and fixed k, and adaptive's ratio to the best fixed k.
+for adaptive and fixed k, and adaptive's ratio to the best fixed k; per variant, the worst
+trace, the worst case (a curve and answer length: the geomean over its traces, as a row of
+benchmarks/matrix.py is over its prompts) and the geomeans.
 
 `--remembered` adds a second adaptive run per trace that starts from the calibration the
 earlier runs on the same curve left (as `specdec run` does with the user cache: the other
@@ -133,8 +135,14 @@ def main() -> None:
     for name in variants:
         ratios = [r["variants"][name] for r in rows]
         worst = min(rows, key=lambda r: r["variants"][name])
+        # A case as the benchmark matrix has them: one curve and answer length, the geomean over its traces.
+        cases: dict[tuple[str, int], list[float]] = {}
+        for r in rows:
+            cases.setdefault((r["curve"], r["n"]), []).append(np.log(r["variants"][name]))
+        case, logs = min(cases.items(), key=lambda item: np.mean(item[1]))
         print(f"{name}: worst adaptive/plain {worst['variants'][name]:.3f} ({worst['curve']}, {worst['trace']}, "
-              f"n={worst['n']}); geomean adaptive/plain {np.exp(np.mean(np.log(ratios))):.3f}; geomean "
+              f"n={worst['n']}); worst case {np.exp(np.mean(logs)):.3f} ({case[0]}, n={case[1]}); geomean "
+              f"adaptive/plain {np.exp(np.mean(np.log(ratios))):.3f}; geomean "
               f"adaptive/best-fixed {np.exp(np.mean([np.log(r['variants'][name] / r['best_fixed']) for r in rows])):.3f}")
 
 
