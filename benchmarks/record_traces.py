@@ -20,30 +20,12 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec_gguf import SpeculativeDecoder  # noqa: E402
 from specdec_gguf.engines import LlamaCppEngine  # noqa: E402
 from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
-
-_CHUNK = 64  # positions per draft pass (within any n_batch)
-
-
-def draft_behaviour(draft: LlamaCppEngine, tokens: list[int]) -> tuple[list[bool], list[float]]:
-    """Teacher-forced over ``tokens``: whether the draft's argmax at each position is the token there,
-    and its top probability (position 0 has no context: counted right, at 0.5)."""
-    draft.reset(0)
-    agree, confidence = [True], [0.5]
-    for start in range(0, len(tokens) - 1, _CHUNK):
-        rows = np.asarray(draft.forward_logits(tokens[start:min(start + _CHUNK, len(tokens) - 1)]), dtype=np.float64)
-        for i, row in enumerate(rows, start=start + 1):
-            top = int(np.argmax(row))
-            agree.append(top == tokens[i])
-            confidence.append(float(1.0 / np.exp(row - row[top]).sum()))
-    return agree, confidence
-
+from specdec_gguf.simulation import record_draft  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -67,8 +49,9 @@ def main() -> None:
                     "n_vocab": engine.n_vocab}
             note = ""
             if draft is not None:
-                line["draft_agree"], line["draft_confidence"] = draft_behaviour(draft, prompt + result.tokens)
-                note = f", draft right {np.mean(line['draft_agree'][len(prompt):]):.2f} of them"
+                line["draft_agree"], line["draft_confidence"] = record_draft(draft, prompt + result.tokens)
+                right = line["draft_agree"][len(prompt):]
+                note = f", draft right {sum(right) / max(len(right), 1):.2f} of them"
             out.write(json.dumps(line) + "\n")
             print(f"{pid}: {len(result.tokens)} tokens ({result.stop_reason}){note}", file=sys.stderr)
     engine.close()

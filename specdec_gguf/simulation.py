@@ -15,6 +15,7 @@ import numpy as np
 from .calibrations import Calibration, blended, worth_keeping
 from .decoder import SpeculativeDecoder
 from .drafters import AutoregressiveDrafter, PromptLookupDrafter
+from .engine import SpeculativeEngine
 from .engines.simulated import SimulatedDraftEngine, TraceEngine, VirtualClock
 from .profile import CostProfile
 from .schedule import AdaptiveSchedule, DraftSchedule, ScheduleConstants
@@ -120,6 +121,23 @@ def synthetic_traces(seed: int = 0, vocab: int = 4000) -> list[Trace]:
     for i in range(2):
         traces.append(Trace(f"open-{i}", text(30), text(300), vocab))
     return traces
+
+
+def record_draft(draft: SpeculativeEngine, tokens: Sequence[int], chunk: int = 64) -> tuple[list[bool], list[float]]:
+    """A real draft model's behaviour over ``tokens`` (a prompt and the target's greedy output),
+    teacher-forced, for ``Trace(draft_agree=, draft_confidence=)``: at each position whether the
+    draft's argmax given all before it is the token there, and its top probability (position 0 has
+    no context: counted right, at 0.5). ``chunk`` positions a pass; uses and clears the draft's cache."""
+    draft.reset(0)
+    agree, confidence = [True], [0.5]
+    for start in range(0, len(tokens) - 1, chunk):
+        rows = np.asarray(draft.forward_logits(tokens[start:min(start + chunk, len(tokens) - 1)]), dtype=np.float64)
+        for i, row in enumerate(rows, start=start + 1):
+            top = int(np.argmax(row))
+            agree.append(top == tokens[i])
+            confidence.append(float(1.0 / np.exp(row - row[top]).sum()))
+    draft.reset(0)
+    return agree, confidence
 
 
 DraftStyle = Literal["informative", "underconfident"]

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from specdec_gguf import ConfigError, DraftProposal
+from specdec_gguf import ConfigError, DraftProposal, SpeculativeDecoder
 from specdec_gguf.proposal import NO_PROPOSAL
 from specdec_gguf.confidence import AcceptanceModel
 from specdec_gguf.profile import CALIBRATION_SIZES, CostProfile, load_cached, measure, profile_for, save
@@ -665,6 +665,36 @@ def test_a_recorded_draft_is_replayed():
     assert cost_per_token(True) == pytest.approx(1.0, rel=0.05)
     with pytest.raises(ValueError, match="one entry per position"):
         Trace(base.id, base.prompt, base.output, base.n_vocab, [True], [0.5])
+
+
+def test_a_recorded_draft_replays_what_the_draft_model_did(tiny_engines):
+    """Record the tiny pair's draft teacher-forced over what the target generated, then run fixed k = 4
+    both ways: the real draft on llama.cpp and the simulated one replaying the recording make the same
+    rounds, drafting and accepting as much at each position (greedy rounds depend only on which drafted
+    tokens are right). Fails if the recording is off by a position (same passes and acceptances by
+    chance here, but two drafted tokens more)."""
+    from specdec_gguf.drafters import AutoregressiveDrafter
+    from specdec_gguf.engines.simulated import SimulatedDraftEngine, VirtualClock
+    from specdec_gguf.simulation import record_draft
+
+    target, draft = tiny_engines
+    prompt = target.tokenize("Once upon a time, in a quiet village by the sea, there lived")
+    real = SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=4, adaptive=False).generate(
+        prompt, 48, ignore_eog=True)
+    agree, confidence = record_draft(draft, prompt + real.tokens)
+    assert 0 < sum(agree[len(prompt):]) < len(real.tokens)  # (a draft neither always right nor never)
+    trace = Trace("tiny", prompt, real.tokens, target.n_vocab, agree, confidence)
+    clock = VirtualClock()
+    costs = curve_profile("linear")
+    replay = SimulatedDraftEngine(prompt + real.tokens, agree, confidence, target.n_vocab,
+                                  CostProfile({1: 1e-3, 2: 1.2e-3}), clock)
+    simulated = SpeculativeDecoder(trace.target(costs, clock), AutoregressiveDrafter(replay), num_draft_tokens=4,
+                                   adaptive=False, clock=clock).generate(prompt, 48, ignore_eog=True)
+    assert simulated.tokens == real.tokens
+    def rounds(stats):
+        return stats.target_passes, stats.drafted, stats.accepted, list(stats.per_position_accepted)
+
+    assert rounds(simulated.stats) == rounds(real.stats)
 
 
 def test_draft_model_drafts_where_it_pays():
