@@ -68,6 +68,62 @@ def parse_curve(text: str) -> str:
     return name
 
 
+def simulate_matrix(traces: list[Trace], curves: list[str], ns: list[int], variants: dict[str, ScheduleConstants | None],
+                    *, drafter: str, agreement: float = 0.8, draft_style: str = "informative", draft_ratio: float = 0.1,
+                    remember: bool = False) -> list[dict]:
+    """Every trace on every curve at every answer length: plain, fixed k and each variant of the adaptive
+    schedule (``variants`` must hold "shipped"); with ``remember``, each variant's adaptive run starts
+    from what its cold runs on the other traces left (see the module docs). One row per run setting."""
+    ks = [1, 2, 4, 8, 16, 32] if drafter == "prompt-lookup" else [1, 2, 4, 8]
+    rows = []
+    for n in ns:
+        for curve in curves:
+            runs: dict[str, dict[str, tuple]] = {name: {} for name in variants}  # (run, its cold adaptive run)
+            for name, constants in variants.items():
+                for trace in traces:
+                    run = functools.partial(simulate_run, trace, curve, n, drafter=drafter, agreement=agreement,
+                                            draft_style=draft_style, draft_ratio=draft_ratio,  # type: ignore[arg-type]
+                                            constants=constants)
+                    runs[name][trace.id] = run, run(None)
+            for trace in traces:
+                run, cold = runs["shipped"][trace.id]
+                plain = run(0).seconds
+                fixed = {k: run(k).seconds for k in ks}
+                best_k = min(fixed, key=fixed.get)
+                row = {"n": n, "curve": curve, "trace": trace.id, "cold": plain / cold.seconds,
+                       "best_fixed": plain / fixed[best_k], "best_k": best_k, "variants": {}}
+                for name in variants:
+                    vrun, vcold = runs[name][trace.id]
+                    adaptive = vcold.seconds
+                    if remember:
+                        others = [runs[name][t.id][1] for t in traces if t.id != trace.id]
+                        adaptive = vrun(None, calibrations=remembered(others)).seconds
+                    row["variants"][name] = plain / adaptive
+                row["adaptive"] = row["variants"]["shipped"]
+                row["vs_best"] = row["adaptive"] / row["best_fixed"]
+                rows.append(row)
+    return rows
+
+
+def summaries(rows: list[dict]) -> list[str]:
+    """Per variant: its worst trace, its worst case (one curve and answer length: the geomean over its
+    traces, as a row of benchmarks/matrix.py is over its prompts), and its geomeans over plain and over
+    the best fixed k."""
+    lines = []
+    for name in rows[0]["variants"]:
+        ratios = [r["variants"][name] for r in rows]
+        worst = min(rows, key=lambda r: r["variants"][name])
+        cases: dict[tuple[str, int], list[float]] = {}
+        for r in rows:
+            cases.setdefault((r["curve"], r["n"]), []).append(np.log(r["variants"][name]))
+        case, logs = min(cases.items(), key=lambda item: np.mean(item[1]))
+        lines.append(f"{name}: worst adaptive/plain {worst['variants'][name]:.3f} ({worst['curve']}, {worst['trace']}, "
+                     f"n={worst['n']}); worst case {np.exp(np.mean(logs)):.3f} ({case[0]}, n={case[1]}); geomean "
+                     f"adaptive/plain {np.exp(np.mean(np.log(ratios))):.3f}; geomean adaptive/best-fixed "
+                     f"{np.exp(np.mean([np.log(r['variants'][name] / r['best_fixed']) for r in rows])):.3f}")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--traces", type=Path, help="recorded traces (JSONL) to add to the synthetic ones")
@@ -94,34 +150,9 @@ def main() -> None:
     traces = [] if args.only_recorded else synthetic_traces()
     if args.traces:
         traces += load_traces(args.traces)
-    ks = [1, 2, 4, 8, 16, 32] if args.drafter == "prompt-lookup" else [1, 2, 4, 8]
-    rows = []
-    for n in [int(x) for x in args.n.split(",")]:
-        for curve in curves:
-            runs: dict[str, dict[str, tuple]] = {name: {} for name in variants}  # (run, its cold adaptive run)
-            for name, constants in variants.items():
-                for trace in traces:
-                    run = functools.partial(simulate_run, trace, curve, n, drafter=args.drafter,
-                                            agreement=args.agreement, draft_style=args.draft_style,
-                                            draft_ratio=args.draft_ratio, constants=constants)
-                    runs[name][trace.id] = run, run(None)
-            for trace in traces:
-                run, cold = runs["shipped"][trace.id]
-                plain = run(0).seconds
-                fixed = {k: run(k).seconds for k in ks}
-                best_k = min(fixed, key=fixed.get)
-                row = {"n": n, "curve": curve, "trace": trace.id, "cold": plain / cold.seconds,
-                       "best_fixed": plain / fixed[best_k], "best_k": best_k, "variants": {}}
-                for name in variants:
-                    vrun, vcold = runs[name][trace.id]
-                    adaptive = vcold.seconds
-                    if args.remembered:
-                        others = [runs[name][t.id][1] for t in traces if t.id != trace.id]
-                        adaptive = vrun(None, calibrations=remembered(others)).seconds
-                    row["variants"][name] = plain / adaptive
-                row["adaptive"] = row["variants"]["shipped"]
-                row["vs_best"] = row["adaptive"] / row["best_fixed"]
-                rows.append(row)
+    rows = simulate_matrix(traces, curves, [int(x) for x in args.n.split(",")], variants, drafter=args.drafter,
+                           agreement=args.agreement, draft_style=args.draft_style, draft_ratio=args.draft_ratio,
+                           remember=args.remembered)
     if args.json:
         print(json.dumps(rows))
         return
@@ -132,18 +163,8 @@ def main() -> None:
         cold = f" {r['cold']:>5.2f}x" if args.remembered else ""
         print(f"{r['n']:>4} {r['curve']:<11} {r['trace']:<18} {r['adaptive']:>7.2f}x{cold} {r['best_k']:>7} "
               f"{r['best_fixed']:>9.2f}x {r['vs_best']:>7.2f}x{flag}")
-    for name in variants:
-        ratios = [r["variants"][name] for r in rows]
-        worst = min(rows, key=lambda r: r["variants"][name])
-        # A case as the benchmark matrix has them: one curve and answer length, the geomean over its traces.
-        cases: dict[tuple[str, int], list[float]] = {}
-        for r in rows:
-            cases.setdefault((r["curve"], r["n"]), []).append(np.log(r["variants"][name]))
-        case, logs = min(cases.items(), key=lambda item: np.mean(item[1]))
-        print(f"{name}: worst adaptive/plain {worst['variants'][name]:.3f} ({worst['curve']}, {worst['trace']}, "
-              f"n={worst['n']}); worst case {np.exp(np.mean(logs)):.3f} ({case[0]}, n={case[1]}); geomean "
-              f"adaptive/plain {np.exp(np.mean(np.log(ratios))):.3f}; geomean "
-              f"adaptive/best-fixed {np.exp(np.mean([np.log(r['variants'][name] / r['best_fixed']) for r in rows])):.3f}")
+    for line in summaries(rows):
+        print(line)
 
 
 if __name__ == "__main__":

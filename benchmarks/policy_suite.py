@@ -1,0 +1,78 @@
+"""Every simulation a schedule change is judged by, one summary line each: the check before timing.
+
+Usage: python benchmarks/policy_suite.py [--variant NAME:field=value,...] [--recorded FILE:RATIO[:CURVE]] [-n 64,256]
+
+Runs benchmarks/policy_sim.py's matrix for prompt lookup and for the synthetic draft models
+(informative and underconfident), each cold and remembered, and for every ``--recorded`` file of
+real-draft traces (benchmarks/record_traces.py --draft) remembered, at that draft's cost ratio, on
+every curve or on the measured curve given (policy_sim.py --curve's NAME=T1_MS:R2,R3,R5,R9[:SWITCH]).
+Per simulation and variant: the worst trace, the worst case (a curve and answer length, the geomean
+over its traces, as a matrix row is over its prompts) and the geomeans over plain and over the best
+fixed k. A change worth timing keeps every worst case and moves no geomean the wrong way.
+
+Example (the tiny-wide pair's recording on its own 2-thread curve, and on all curves):
+  python benchmarks/policy_suite.py --variant off:guess_typical=false \\
+      --recorded tiny-wide.jsonl:0.132:tiny-wide-2t=3.594:1.248,1.455,1.813,2.265:0.001 --recorded tiny-wide.jsonl:0.13
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from specdec_gguf.schedule import ScheduleConstants  # noqa: E402
+from specdec_gguf.simulation import CURVES, synthetic_traces  # noqa: E402
+from ab_constants import parse_variant  # noqa: E402
+from policy_sim import load_traces, parse_curve, simulate_matrix, summaries  # noqa: E402
+
+
+STANDARD_CURVES = list(CURVES)  # (before --recorded adds measured ones)
+
+
+def parse_recorded(text: str) -> tuple[Path, float, list[str]]:
+    """FILE:RATIO[:CURVE] -> (the traces file, the draft's cost ratio, the curves to run)."""
+    parts = text.split(":", 2)
+    try:
+        ratio = float(parts[1])
+    except (IndexError, ValueError):
+        raise SystemExit(f"--recorded {text!r}: expected FILE:RATIO[:CURVE]") from None
+    if not 0.0 < ratio:
+        raise SystemExit(f"--recorded {text!r}: the draft ratio must be > 0")
+    return Path(parts[0]), ratio, [parse_curve(parts[2])] if len(parts) == 3 else STANDARD_CURVES
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variant", action="append", default=[], help="NAME:field=value,... (repeatable)")
+    parser.add_argument("--recorded", action="append", default=[], help="FILE:RATIO[:CURVE] (repeatable)")
+    parser.add_argument("-n", default="64,256", help="answer lengths (comma-separated)")
+    args = parser.parse_args()
+    variants: dict[str, ScheduleConstants | None] = {"shipped": None}
+    variants.update(parse_variant(v) for v in args.variant)
+    recorded = [parse_recorded(r) for r in args.recorded]  # (parsed first: a bad one fails before any run)
+    ns = [int(x) for x in args.n.split(",")]
+    synthetic = synthetic_traces()
+    suite = [("lookup", dict(drafter="prompt-lookup"))] + [
+        (f"draft {style}", dict(drafter="draft-model", draft_style=style)) for style in ("informative", "underconfident")]
+    for label, settings in suite:
+        for remember in (False, True):
+            rows = simulate_matrix(synthetic, STANDARD_CURVES, ns, variants, remember=remember, **settings)  # type: ignore[arg-type]
+            report(f"{label}{', remembered' if remember else ''}", rows)
+    for path, ratio, curves in recorded:
+        rows = simulate_matrix(load_traces(path), curves, ns, variants, drafter="draft-model", draft_ratio=ratio,
+                               remember=True)
+        report(f"{path.name} at {ratio} ({curves[0] if len(curves) == 1 else 'every curve'}), remembered", rows)
+
+
+def report(label: str, rows: list[dict]) -> None:
+    print(label)
+    for line in summaries(rows):
+        print("  " + line)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
