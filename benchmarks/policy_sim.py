@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec_gguf.schedule import ScheduleConstants  # noqa: E402
-from specdec_gguf.simulation import CURVES, Trace, remembered, simulate_run, synthetic_traces  # noqa: E402
+from specdec_gguf.simulation import CURVES, DraftStyle, Trace, remembered, simulate_run, synthetic_traces  # noqa: E402
 from ab_constants import parse_variant  # noqa: E402
 
 
@@ -69,7 +69,7 @@ def parse_curve(text: str) -> str:
 
 
 def simulate_matrix(traces: list[Trace], curves: list[str], ns: list[int], variants: dict[str, ScheduleConstants | None],
-                    *, drafter: str, agreement: float = 0.8, draft_style: str = "informative", draft_ratio: float = 0.1,
+                    *, drafter: str, agreement: float = 0.8, draft_style: DraftStyle = "informative", draft_ratio: float = 0.1,
                     remember: bool = False) -> list[dict]:
     """Every trace on every curve at every answer length: plain, fixed k and each variant of the adaptive
     schedule (``variants`` must hold "shipped"); with ``remember``, each variant's adaptive run starts
@@ -82,7 +82,7 @@ def simulate_matrix(traces: list[Trace], curves: list[str], ns: list[int], varia
             for name, constants in variants.items():
                 for trace in traces:
                     run = functools.partial(simulate_run, trace, curve, n, drafter=drafter, agreement=agreement,
-                                            draft_style=draft_style, draft_ratio=draft_ratio,  # type: ignore[arg-type]
+                                            draft_style=draft_style, draft_ratio=draft_ratio,
                                             constants=constants)
                     runs[name][trace.id] = run, run(None)
             for trace in traces:

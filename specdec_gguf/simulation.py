@@ -15,6 +15,7 @@ import numpy as np
 from .calibrations import Calibration, blended, worth_keeping
 from .decoder import SpeculativeDecoder
 from .drafters import AutoregressiveDrafter, PromptLookupDrafter
+from .drafters.autoregressive import _top_probability
 from .engine import SpeculativeEngine
 from .engines.simulated import SimulatedDraftEngine, TraceEngine, VirtualClock
 from .profile import CostProfile
@@ -131,11 +132,11 @@ def record_draft(draft: SpeculativeEngine, tokens: Sequence[int], chunk: int = 6
     draft.reset(0)
     agree, confidence = [True], [0.5]
     for start in range(0, len(tokens) - 1, chunk):
-        rows = np.asarray(draft.forward_logits(tokens[start:min(start + chunk, len(tokens) - 1)]), dtype=np.float64)
+        rows = draft.forward_logits(tokens[start:min(start + chunk, len(tokens) - 1)])
         for i, row in enumerate(rows, start=start + 1):
             top = int(np.argmax(row))
             agree.append(top == tokens[i])
-            confidence.append(float(1.0 / np.exp(row - row[top]).sum()))
+            confidence.append(_top_probability(row, top))  # (the drafter's own: the same buckets)
     draft.reset(0)
     return agree, confidence
 
@@ -194,9 +195,9 @@ def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, dr
     ``drafter`` "draft-model" simulates a draft costing ``draft_ratio`` of a target pass per token
     that replays the trace's recorded draft, or (without one) agrees with the target ``agreement``
     of the time in easy stretches with confidences of ``draft_style`` (see :func:`draft_pattern`).
-    ``calibrations``: the calibrations earlier runs left in the store (calibrations.py), which the adaptive schedule pulls its fit towards, as
-    ``specdec run`` does after earlier runs with the same models. ``constants``: the adaptive
-    schedule's (None: the shipped ones).
+    ``calibrations``: the calibrations earlier runs left in the store (calibrations.py), which the
+    adaptive schedule pulls its fit towards, as ``specdec run`` does after earlier runs with the same
+    models. ``constants``: the adaptive schedule's (None: the shipped ones).
     """
     costs = curve_profile(curve)
     clock = VirtualClock()
