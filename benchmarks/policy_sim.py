@@ -50,21 +50,23 @@ def load_traces(path: Path) -> list[Trace]:
 
 
 def parse_curve(text: str) -> str:
-    """A curve's name; NAME=T1_MS:R2,R3,R5,R9[:SWITCH] first adds it to simulation.CURVES."""
+    """A curve's name; NAME=T1_MS:R2,R3,R5,R9[,R17,R33,R65][:SWITCH] first adds it to simulation.CURVES
+    (the schedule is given its sizes up to 9, as a real run's calibration; the clock charges all)."""
+    usage = "NAME=T1_MS:R2,R3,R5,R9[,R17,R33,R65][:SWITCH]"
     if "=" not in text:
         if text not in CURVES:
-            raise SystemExit(f"--curve {text!r}: not one of {sorted(CURVES)} (or define it: NAME=T1_MS:R2,R3,R5,R9)")
+            raise SystemExit(f"--curve {text!r}: not one of {sorted(CURVES)} (or define it: {usage})")
         return text
     name, spec = text.split("=", 1)
     try:
         fields = spec.split(":")
         ratios = [float(r) for r in fields[1].split(",")]
-        if len(ratios) != 4 or len(fields) > 3:
+        if len(ratios) not in (4, 7) or len(fields) > 3:
             raise ValueError
-        CURVES[name] = (float(fields[0]) / 1e3, {1: 1.0, **dict(zip((2, 3, 5, 9), ratios))},
+        CURVES[name] = (float(fields[0]) / 1e3, {1: 1.0, **dict(zip((2, 3, 5, 9, 17, 33, 65), ratios))},
                         float(fields[2]) if len(fields) == 3 else 0.0)
     except (ValueError, IndexError):
-        raise SystemExit(f"--curve {text!r}: expected NAME=T1_MS:R2,R3,R5,R9[:SWITCH]") from None
+        raise SystemExit(f"--curve {text!r}: expected {usage}") from None
     return name
 
 
@@ -74,7 +76,7 @@ def simulate_matrix(traces: list[Trace], curves: list[str], ns: list[int], varia
     """Every trace on every curve at every answer length: plain, fixed k and each variant of the adaptive
     schedule (``variants`` must hold "shipped"); with ``remember``, each variant's adaptive run starts
     from what its cold runs on the other traces left (see the module docs). One row per run setting."""
-    ks = [1, 2, 4, 8, 16, 32] if drafter == "prompt-lookup" else [1, 2, 4, 8]
+    ks = [1, 2, 4, 8, 16, 32, 64] if drafter == "prompt-lookup" else [1, 2, 4, 8]
     rows = []
     for n in ns:
         for curve in curves:
@@ -140,8 +142,10 @@ def main() -> None:
     parser.add_argument("--variant", action="append", default=[], help="NAME:field=value,... (repeatable)")
     parser.add_argument("--curve", action="append", default=[],
                         help="run only these curves (repeatable): a name of simulation.CURVES, or a measured one as "
-                             "NAME=T1_MS:R2,R3,R5,R9[:SWITCH] (T(n)/T(1) for n = 2, 3, 5, 9, as `specdec calibrate` "
-                             "prints them; SWITCH: a one-token pass after another size costs this share of T(1) more)")
+                             "NAME=T1_MS:R2,R3,R5,R9[,R17,R33,R65][:SWITCH] (T(n)/T(1) for n = 2, 3, 5, 9, as `specdec "
+                             "calibrate` prints them, and optionally 17, 33, 65, which only the clock charges: "
+                             "benchmarks/measure_curve.py; SWITCH: a one-token pass after another size costs this share "
+                             "of T(1) more)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     curves = [parse_curve(c) for c in args.curve] or list(CURVES)

@@ -1,11 +1,14 @@
 """Every simulation a schedule change is judged by, one summary line each: the check before timing.
 
-Usage: python benchmarks/policy_suite.py [--variant NAME:field=value,...] [--recorded FILE:RATIO[:CURVE]] [-n 64,256]
+Usage: python benchmarks/policy_suite.py [--variant NAME:field=value,...] [--recorded FILE:RATIO|lookup[:CURVE]]
+                                        [-n 64,256]
 
 Runs benchmarks/policy_sim.py's matrix for prompt lookup and for the synthetic draft models
 (informative and underconfident), each cold and remembered, and for every ``--recorded`` file of
 real-draft traces (benchmarks/record_traces.py --draft) remembered, at that draft's cost ratio, on
-every curve or on the measured curve given (policy_sim.py --curve's NAME=T1_MS:R2,R3,R5,R9[:SWITCH]).
+every curve or on the measured curve given (policy_sim.py --curve's NAME=T1_MS:R2,R3,R5,R9[...][:SWITCH]);
+``FILE:lookup[:CURVE]`` runs a file of recorded outputs (record_traces.py without --draft) with prompt
+lookup instead.
 Per simulation and variant: the worst trace, the worst case (a curve and answer length, the geomean
 over its traces, as a matrix row is over its prompts) and the geomeans over plain and over the best
 fixed k. A change worth timing keeps every worst case and moves no geomean the wrong way.
@@ -32,14 +35,15 @@ from policy_sim import load_traces, parse_curve, simulate_matrix, summaries  # n
 STANDARD_CURVES = list(CURVES)  # (before --recorded adds measured ones)
 
 
-def parse_recorded(text: str) -> tuple[Path, float, list[str]]:
-    """FILE:RATIO[:CURVE] -> (the traces file, the draft's cost ratio, the curves to run)."""
+def parse_recorded(text: str) -> tuple[Path, float | None, list[str]]:
+    """FILE:RATIO|lookup[:CURVE] -> (the traces file, the draft's cost ratio (None: prompt lookup), the curves
+    to run)."""
     parts = text.split(":", 2)
     try:
-        ratio = float(parts[1])
+        ratio = None if parts[1] == "lookup" else float(parts[1])
     except (IndexError, ValueError):
-        raise SystemExit(f"--recorded {text!r}: expected FILE:RATIO[:CURVE]") from None
-    if not 0.0 < ratio:
+        raise SystemExit(f"--recorded {text!r}: expected FILE:RATIO[:CURVE] or FILE:lookup[:CURVE]") from None
+    if ratio is not None and not 0.0 < ratio:
         raise SystemExit(f"--recorded {text!r}: the draft ratio must be > 0")
     return Path(parts[0]), ratio, [parse_curve(parts[2])] if len(parts) == 3 else STANDARD_CURVES
 
@@ -47,7 +51,8 @@ def parse_recorded(text: str) -> tuple[Path, float, list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", action="append", default=[], help="NAME:field=value,... (repeatable)")
-    parser.add_argument("--recorded", action="append", default=[], help="FILE:RATIO[:CURVE] (repeatable)")
+    parser.add_argument("--recorded", action="append", default=[],
+                        help="FILE:RATIO[:CURVE] or FILE:lookup[:CURVE] (repeatable)")
     parser.add_argument("-n", default="64,256", help="answer lengths (comma-separated)")
     args = parser.parse_args()
     variants: dict[str, ScheduleConstants | None] = {"shipped": None}
@@ -62,9 +67,14 @@ def main() -> None:
             rows = simulate_matrix(synthetic, STANDARD_CURVES, ns, variants, remember=remember, **settings)  # type: ignore[arg-type]
             report(f"{label}{', remembered' if remember else ''}", rows)
     for path, ratio, curves in recorded:
-        rows = simulate_matrix(load_traces(path), curves, ns, variants, drafter="draft-model", draft_ratio=ratio,
-                               remember=True)
-        report(f"{path.name} at {ratio} ({curves[0] if len(curves) == 1 else 'every curve'}), remembered", rows)
+        where = curves[0] if len(curves) == 1 else "every curve"
+        if ratio is None:
+            rows = simulate_matrix(load_traces(path), curves, ns, variants, drafter="prompt-lookup", remember=True)
+            report(f"{path.name}, prompt lookup ({where}), remembered", rows)
+        else:
+            rows = simulate_matrix(load_traces(path), curves, ns, variants, drafter="draft-model", draft_ratio=ratio,
+                                   remember=True)
+            report(f"{path.name} at {ratio} ({where}), remembered", rows)
 
 
 def report(label: str, rows: list[dict]) -> None:

@@ -37,7 +37,8 @@ def main() -> None:
     parser.add_argument("-t", "--threads", type=int, default=None)
     parser.add_argument("--ignore-eog", action="store_true", help="always generate -n tokens")
     parser.add_argument("--name", help="the traces' id prefix (default: the model file's stem)")
-    parser.add_argument("--out", type=Path, default=Path("traces.jsonl"))
+    parser.add_argument("--out", type=Path, default=Path("traces.jsonl"),
+                        help="the JSONL file to append to (a second set goes beside the first)")
     args = parser.parse_args()
     engine = LlamaCppEngine(args.model, n_ctx=2048, n_threads=args.threads)
     draft = LlamaCppEngine(args.draft, n_ctx=2048, n_threads=args.threads) if args.draft else None

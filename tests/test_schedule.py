@@ -974,3 +974,23 @@ def test_the_simulation_runs_the_adaptive_schedule_with_the_constants_it_is_give
     never = simulate_run(trace, "gpu-like", 128, None, constants=ScheduleConstants(margin=1e6)).seconds
     shipped = simulate_run(trace, "gpu-like", 128, None).seconds
     assert never == pytest.approx(plain) and shipped < 0.8 * plain
+
+
+def test_the_simulated_schedule_knows_only_what_calibration_measures(monkeypatch):
+    """A real run's profile holds ``CALIBRATION_SIZES`` only (larger passes are learned online); the
+    simulation gives its schedule the same, while its clock charges the whole curve. Fails if the
+    schedule were handed the curve's 17-token cost (its first verify cap then started at 16, not 8)."""
+    from specdec_gguf import simulation
+
+    handed: list[CostProfile] = []
+
+    class Spy(AdaptiveSchedule):
+        def __init__(self, *args, **kwargs) -> None:
+            handed.append(kwargs["target_costs"])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(simulation, "AdaptiveSchedule", Spy)
+    simulate_run(TRACES[0], "gemma-epyc", 16, None)
+    assert 17 in curve_profile("gemma-epyc").seconds
+    assert sorted(handed[0].seconds) == sorted(CALIBRATION_SIZES)
+    assert handed[0].cost(9) == curve_profile("gemma-epyc").cost(9)
