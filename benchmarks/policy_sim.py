@@ -142,10 +142,10 @@ def main() -> None:
     parser.add_argument("--variant", action="append", default=[], help="NAME:field=value,... (repeatable)")
     parser.add_argument("--curve", action="append", default=[],
                         help="run only these curves (repeatable): a name of simulation.CURVES, or a measured one as "
-                             "NAME=T1_MS:R2,R3,R5,R9[,R17,R33,R65][:SWITCH] (T(n)/T(1) for n = 2, 3, 5, 9, as `specdec "
-                             "calibrate` prints them, and optionally 17, 33, 65, which only the clock charges: "
-                             "benchmarks/measure_curve.py; SWITCH: a one-token pass after another size costs this share "
-                             "of T(1) more)")
+                             "NAME=T1_MS:R2,R3,R5,R9[,R17,R33,R65][:SWITCH] (T(n)/T(1) for n = 2, 3, 5, 9, as "
+                             "`specdec calibrate` prints them, and optionally 17, 33, 65, which only the clock "
+                             "charges: benchmarks/measure_curve.py; SWITCH: a one-token pass after another size costs "
+                             "this share of T(1) more)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     curves = [parse_curve(c) for c in args.curve] or list(CURVES)

@@ -69,7 +69,8 @@ def test_the_evidence_a_remembered_calibration_needs_is_a_setting():
     # Prompt lookup (a free drafter) takes its own: the same outcome is enough for it, not for a draft model.
     split = ScheduleConstants(early_evidence=100.0, lookup_early_evidence=4.0)
     lookup, draft = (AdaptiveSchedule(8, free_drafter=free, priors={True: PRIORS, False: PRIORS},
-                                      calibrations={True: (2.0, 1.0, 0.0, 0.0)}, constants=split) for free in (True, False))
+                                      calibrations={True: (2.0, 1.0, 0.0, 0.0)}, constants=split)
+                     for free in (True, False))
     for s in (lookup, draft):
         s.models[True].update_calibration(0, True)
     assert lookup.models[True].confidence(0) > 0.3
