@@ -51,7 +51,7 @@ class AcceptanceModel:
     (6: two right first tokens where the priors said 0.3 and the calibration 0.75): a draft that
     undersells itself was otherwise looked at one token a round for four rounds, 8% of a 64-token
     answer (``ScheduleConstants.early_evidence`` says why 6; prompt lookup's schedule passes its
-    ``lookup_early_evidence``, 3).
+    ``lookup_early_evidence``, 5).
     """
 
     def __init__(self, priors: Sequence[float], strength: float = 3.0, recency: float = 64.0,

@@ -122,13 +122,14 @@ class ScheduleConstants:
     # (simulation, underconfident draft remembered: worst 0.954x -> 0.908x plain); 6 moved no worst case.
     early_evidence: float = 6.0
     # ... for prompt lookup, whose priors (by match length) are the same for every model and prompt, so
-    # what earlier runs taught of this target's copies is the better guess sooner. At 3, Gemma 3 270M
-    # side by side, 64 tokens, 2 threads: 2.44x / 2.38x plain over the default / short sets against
-    # 2.25x / 2.10x (code-edit +12%, config-edit +27%, rename-variable +79%; 128 tokens within the
-    # noise), tiny families' lookup unchanged; in the simulation every lookup worst case unchanged. At
-    # 2 one of Gemma's outputs, replayed on tiny-f32's curve, fell to 0.88x plain. A draft model stays
-    # at 6: at 3-4 the underconfident draft's remembered worst fell 0.934x -> 0.919x.
-    lookup_early_evidence: float = 3.0
+    # what earlier runs taught of this target's copies is the better guess sooner. At 5, Gemma 3 270M side
+    # by side, 64 tokens, one user cache: 2.29x / 2.28x plain over the default / short sets at 1 thread
+    # against 2.09x / 2.05x at 6, 2.43x / 2.16x against 2.43x / 2.07x at 2 threads. At 3 (gains at 2
+    # threads of 8-13%) quote-article fell to 0.94x-1.00x plain at 1 thread: a calibration learned on
+    # copies, taken after two rounds, made its 1- and 2-token matches look 0.5 likely and 16-20-token
+    # passes from them lost at their first token. The draft model stays at 6 (3-4: the underconfident
+    # draft's remembered worst 0.934x -> 0.919x in the simulation).
+    lookup_early_evidence: float = 5.0
 
 
 @runtime_checkable
