@@ -17,6 +17,11 @@ earlier runs on the same curve left (as `specdec run` does with the user cache: 
 traces' cold runs, blended in order as calibrations.remember blends them; never the trace's
 own run), and reports that one as "adaptive" (the cold one beside it).
 
+`--in-turn` instead runs the adaptive schedule on the traces in turn, twice, each run starting from
+what every earlier run left, remembered ones included (as a user's cache evolves), and reports the
+second turn: it shows what `--remembered` can't, a calibration taught by earlier remembered runs taken
+on a trace unlike them (a 1-thread quote-article after code edits, docs/performance.md).
+
 `--variant NAME:field=value,...` (repeatable) also runs the adaptive schedule with those
 ``ScheduleConstants`` fields replaced, and prints one summary line per variant beside the
 shipped constants': the noise-free way to compare constants before timing them.
@@ -72,10 +77,12 @@ def parse_curve(text: str) -> str:
 
 def simulate_matrix(traces: list[Trace], curves: list[str], ns: list[int], variants: dict[str, ScheduleConstants | None],
                     *, drafter: str, agreement: float = 0.8, draft_style: DraftStyle = "informative", draft_ratio: float = 0.1,
-                    remember: bool = False) -> list[dict]:
+                    remember: bool = False, sequence: bool = False) -> list[dict]:
     """Every trace on every curve at every answer length: plain, fixed k and each variant of the adaptive
     schedule (``variants`` must hold "shipped"); with ``remember``, each variant's adaptive run starts
-    from what its cold runs on the other traces left (see the module docs). One row per run setting."""
+    from what its cold runs on the other traces left (see the module docs); with ``sequence``, from what
+    every earlier run left, as a user's cache holds it: the traces run in turn twice, each run starting
+    from all the runs before it, and the second turn's run is reported. One row per run setting."""
     ks = [1, 2, 4, 8, 16, 32, 64] if drafter == "prompt-lookup" else [1, 2, 4, 8]
     rows = []
     for n in ns:
@@ -87,6 +94,15 @@ def simulate_matrix(traces: list[Trace], curves: list[str], ns: list[int], varia
                                             draft_style=draft_style, draft_ratio=draft_ratio,
                                             constants=constants)
                     runs[name][trace.id] = run, run(None)
+            in_turn: dict[str, dict[str, float]] = {}
+            if sequence:
+                for name in variants:
+                    done: list = []
+                    for _ in range(2):
+                        for trace in traces:
+                            result = runs[name][trace.id][0](None, calibrations=remembered(done))
+                            done.append(result)
+                            in_turn.setdefault(name, {})[trace.id] = result.seconds
             for trace in traces:
                 run, cold = runs["shipped"][trace.id]
                 plain = run(0).seconds
@@ -97,7 +113,9 @@ def simulate_matrix(traces: list[Trace], curves: list[str], ns: list[int], varia
                 for name in variants:
                     vrun, vcold = runs[name][trace.id]
                     adaptive = vcold.seconds
-                    if remember:
+                    if sequence:
+                        adaptive = in_turn[name][trace.id]
+                    elif remember:
                         others = [runs[name][t.id][1] for t in traces if t.id != trace.id]
                         adaptive = vrun(None, calibrations=remembered(others)).seconds
                     row["variants"][name] = plain / adaptive
@@ -139,6 +157,9 @@ def main() -> None:
     parser.add_argument("--only-recorded", action="store_true")
     parser.add_argument("--remembered", action="store_true",
                         help="adaptive starts from the calibration the other traces' runs left (a second run)")
+    parser.add_argument("--in-turn", action="store_true",
+                        help="adaptive runs the traces in turn twice, each run starting from what all runs before "
+                             "it left (a user's cache); the second turn is reported")
     parser.add_argument("--variant", action="append", default=[], help="NAME:field=value,... (repeatable)")
     parser.add_argument("--curve", action="append", default=[],
                         help="run only these curves (repeatable): a name of simulation.CURVES, or a measured one as "
@@ -156,7 +177,7 @@ def main() -> None:
         traces += load_traces(args.traces)
     rows = simulate_matrix(traces, curves, [int(x) for x in args.n.split(",")], variants, drafter=args.drafter,
                            agreement=args.agreement, draft_style=args.draft_style, draft_ratio=args.draft_ratio,
-                           remember=args.remembered)
+                           remember=args.remembered, sequence=args.in_turn)
     if args.json:
         print(json.dumps(rows))
         return

@@ -8,7 +8,8 @@ Runs benchmarks/policy_sim.py's matrix for prompt lookup and for the synthetic d
 real-draft traces (benchmarks/record_traces.py --draft) remembered, at that draft's cost ratio, on
 every curve or on the measured curve given (policy_sim.py --curve's NAME=T1_MS:R2,R3,R5,R9[...][:SWITCH]);
 ``FILE:lookup[:CURVE]`` runs a file of recorded outputs (record_traces.py without --draft) with prompt
-lookup instead.
+lookup instead. ``--in-turn`` adds each simulation with its traces run in turn, each run starting from
+what all earlier ones left (policy_sim.py --in-turn).
 Per simulation and variant: the worst trace, the worst case (a curve and answer length, the geomean
 over its traces, as a matrix row is over its prompts) and the geomeans over plain and over the best
 fixed k. A change worth timing keeps every worst case and moves no geomean the wrong way.
@@ -54,6 +55,8 @@ def main() -> None:
     parser.add_argument("--recorded", action="append", default=[],
                         help="FILE:RATIO[:CURVE] or FILE:lookup[:CURVE] (repeatable)")
     parser.add_argument("-n", default="64,256", help="answer lengths (comma-separated)")
+    parser.add_argument("--in-turn", action="store_true",
+                        help="also each simulation with the traces run in turn (policy_sim.py --in-turn)")
     args = parser.parse_args()
     variants: dict[str, ScheduleConstants | None] = {"shipped": None}
     variants.update(parse_variant(v) for v in args.variant)
@@ -66,15 +69,17 @@ def main() -> None:
         for remember in (False, True):
             rows = simulate_matrix(synthetic, STANDARD_CURVES, ns, variants, remember=remember, **settings)  # type: ignore[arg-type]
             report(f"{label}{', remembered' if remember else ''}", rows)
+        if args.in_turn:
+            rows = simulate_matrix(synthetic, STANDARD_CURVES, ns, variants, sequence=True, **settings)  # type: ignore[arg-type]
+            report(f"{label}, in turn", rows)
     for path, ratio, curves in recorded:
         where = curves[0] if len(curves) == 1 else "every curve"
-        if ratio is None:
-            rows = simulate_matrix(load_traces(path), curves, ns, variants, drafter="prompt-lookup", remember=True)
-            report(f"{path.name}, prompt lookup ({where}), remembered", rows)
-        else:
-            rows = simulate_matrix(load_traces(path), curves, ns, variants, drafter="draft-model", draft_ratio=ratio,
-                                   remember=True)
-            report(f"{path.name} at {ratio} ({where}), remembered", rows)
+        settings = dict(drafter="prompt-lookup") if ratio is None else dict(drafter="draft-model", draft_ratio=ratio)
+        what = f"{path.name}, prompt lookup ({where})" if ratio is None else f"{path.name} at {ratio} ({where})"
+        for mode in ("remembered", "in turn") if args.in_turn else ("remembered",):
+            rows = simulate_matrix(load_traces(path), curves, ns, variants, remember=True,
+                                   sequence=mode == "in turn", **settings)  # type: ignore[arg-type]
+            report(f"{what}, {mode}", rows)
 
 
 def report(label: str, rows: list[dict]) -> None:
