@@ -155,11 +155,21 @@ class AcceptanceModel:
         if self._since_fit >= _REFIT_EVERY or self._evidence is not None and self._evidence >= self._early_evidence:
             self._refit()
 
+    def own_fit(self) -> tuple[float, float, float, float]:
+        """What this run's outcomes say of the pooled calibration on their own: fitted around the priors as
+        given, not around a remembered calibration (what a store of calibrations should blend: fits
+        centred on what the store held compound, run after run)."""
+        return self._fit(_IDENTITY, _IDENTITY)
+
     def _refit(self) -> None:
-        """Fit (a, s, d₁, d₂) by a few Newton steps on all buckets' counts, with a Gaussian prior at the
-        centre (precisions 1, 4, 1, 1: 1 / how far the data may move a, s, d₁ and d₂)."""
+        """Refit the pooled calibration around the centre (see _fit) and make it the estimate."""
         self._since_fit = 0
         self._evidence = None  # (the fit weighs this run's outcomes from now on)
+        self._apply(self._fit(self._centre, self.calibration))
+
+    def _fit(self, centre: Sequence[float], start: Sequence[float]) -> tuple[float, float, float, float]:
+        """Fit (a, s, d₁, d₂) by a few Newton steps from ``start`` on all buckets' counts, with a Gaussian
+        prior at ``centre`` (precisions 1, 4, 1, 1: 1 / how far the data may move a, s, d₁ and d₂)."""
         n, exp = self._n, math.exp
         hits, total, u_hits, u_total, logit = self._hits, self._total, self._unverified_hits, \
             self._unverified_total, self._logit
@@ -167,8 +177,8 @@ class AcceptanceModel:
         groups: tuple[list[tuple[float, float, float]], ...] = ([], [], [])
         for i in sorted(self._seen):
             groups[i // n].append((total[i] + u_total[i], hits[i] + u_hits[i], logit[i]))
-        a, s, d1, d2 = self.calibration
-        ca, cs, c1, c2 = self._centre
+        a, s, d1, d2 = start
+        ca, cs, c1, c2 = centre
         for _ in range(4):
             # The features are (1, logit, later, deep), later and deep 0/1 with deep ⊂ later: the gradient
             # and the Hessian reduce to sums of r, r·l, w, w·l and w·l² per slot group.
@@ -197,7 +207,7 @@ class AcceptanceModel:
             step = _solve_spd(hess, grad)
             a, s, d1, d2 = a + step[0], s + step[1], d1 + step[2], d2 + step[3]
         s = max(s, _MIN_SLOPE)  # the prior's order must stay: a surer bucket never becomes a less sure one
-        self._apply((a, s, d1, d2))
+        return (a, s, d1, d2)
 
     def _apply(self, calibration: Sequence[float]) -> None:
         """Make ``calibration`` the pooled estimate; every slot's posterior mean follows when next read."""

@@ -571,10 +571,11 @@ class AdaptiveSchedule:
 
     def learned(self, at_least: Mapping[bool, int] | None = None) -> dict[bool, tuple[tuple[float, float, float, float], int]]:
         """Per policy whose drafter has buckets (and, given ``at_least``, whose outcomes reach it: the
-        others are not refitted, ~50 us each): the pooled calibration learned so far and how many
-        outcomes taught it (what calibrations.py keeps for the next run)."""
+        others are not refitted, ~50 us each): the pooled calibration this run's outcomes say on their own
+        (fitted around the drafter's priors as given, not the remembered calibration: see
+        AcceptanceModel.own_fit) and how many outcomes taught it (what calibrations.py keeps for the next run)."""
         at_least = at_least or {}
-        return {g: (m.fitted(), m.outcomes) for g, m in self.models.items()
+        return {g: (m.own_fit(), m.outcomes) for g, m in self.models.items()
                 if not self._slot_buckets[g] and m.outcomes >= at_least.get(g, 0)}
 
     # -- learning -----------------------------------------------------------------------------------

@@ -200,7 +200,7 @@ def test_a_decoder_passes_what_it_learned_to_the_next(trace_target):
     assert first.schedule.models[True].calibration == (0.0, 1.0, 0.0, 0.0)  # nothing remembered yet
     out = first.generate(TRACE.prompt, N, ignore_eog=True)
     assert out.tokens == TRACE.output[:N]  # remembering never changes the output
-    learned = first.schedule.models[True].calibration
+    learned = first.schedule.models[True].own_fit()  # (what its outcomes say: see the test below)
     assert first.schedule.models[True].outcomes >= calibrations.MIN_OBSERVATIONS
     assert learned != (0.0, 1.0, 0.0, 0.0)  # (else the check below could not tell a write from none)
     assert calibrations.recall(KEY) == {True: pytest.approx(learned)}
@@ -260,3 +260,23 @@ def test_only_what_rests_on_enough_new_outcomes_is_kept():
     moved = blended(stored, {True: (1.5, 1.2, 0.1, 0.2)})
     assert moved[True][0] == 1.0 and stored[True][0] == 0.5  # half way, and the input is left as it was
     assert blended(stored, {True: (float("nan"), 1.0, 0.0, 0.0)}) == stored  # no calibration: skipped
+
+
+def test_a_run_passes_on_what_its_own_outcomes_say_not_the_remembered_calibration():
+    """What the store blends is each run's fit around the drafter's priors as given: a fit centred on the
+    remembered calibration, blended back into the store run after run, compounded (simulated in turn, a
+    user's cache: prompt lookup's worst trace 0.822x plain with it, 0.904x without). The run itself still
+    pulls towards the remembered one. Fails if ``learned`` passed on the remembered-centred fit."""
+    remembered_cal = (2.0, 1.0, 0.0, 0.0)
+    with_memory = AcceptanceModel(PRIORS, calibration=remembered_cal)
+    alone = AcceptanceModel(PRIORS)
+    for model in (with_memory, alone):
+        for _ in range(6):
+            model.update([0, 1, 2], 1)
+    assert with_memory.own_fit() == pytest.approx(alone.fitted(), abs=1e-6)
+    assert with_memory.fitted()[0] > alone.fitted()[0] + 0.3  # (its own estimate is pulled towards the memory)
+    schedule = AdaptiveSchedule(8, priors={True: PRIORS, False: PRIORS}, calibrations={True: remembered_cal})
+    for _ in range(6):
+        schedule.models[True].update([0, 1, 2], 1)
+    passed_on, outcomes = schedule.learned()[True]
+    assert passed_on == pytest.approx(alone.fitted(), abs=1e-6) and outcomes == alone.outcomes
