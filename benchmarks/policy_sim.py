@@ -94,15 +94,8 @@ def simulate_matrix(traces: list[Trace], curves: list[str], ns: list[int], varia
                                             draft_style=draft_style, draft_ratio=draft_ratio,
                                             constants=constants)
                     runs[name][trace.id] = run, run(None)
-            in_turn: dict[str, dict[str, float]] = {}
-            if sequence:
-                for name in variants:
-                    done: list = []
-                    for _ in range(2):
-                        for trace in traces:
-                            result = runs[name][trace.id][0](None, calibrations=remembered(done))
-                            done.append(result)
-                            in_turn.setdefault(name, {})[trace.id] = result.seconds
+            in_turn = {name: _in_turn(traces, {t: r for t, (r, _) in runs[name].items()}) for name in variants} \
+                if sequence else {}
             for trace in traces:
                 run, cold = runs["shipped"][trace.id]
                 plain = run(0).seconds
@@ -123,6 +116,19 @@ def simulate_matrix(traces: list[Trace], curves: list[str], ns: list[int], varia
                 row["vs_best"] = row["adaptive"] / row["best_fixed"]
                 rows.append(row)
     return rows
+
+
+def _in_turn(traces: list[Trace], run_of: dict[str, functools.partial]) -> dict[str, float]:
+    """Adaptive seconds per trace in the second of two turns over ``traces``, each run starting from what
+    every run before it left (as a user's cache holds it)."""
+    done: list = []
+    seconds: dict[str, float] = {}
+    for _ in range(2):
+        for trace in traces:
+            result = run_of[trace.id](None, calibrations=remembered(done))
+            done.append(result)
+            seconds[trace.id] = result.seconds
+    return seconds
 
 
 def summaries(rows: list[dict]) -> list[str]:

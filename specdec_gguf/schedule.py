@@ -122,15 +122,13 @@ class ScheduleConstants:
     # (simulation, underconfident draft remembered: worst 0.954x -> 0.908x plain); 6 moved no worst case.
     early_evidence: float = 6.0
     # ... for prompt lookup, whose priors (by match length) are the same for every model and prompt, so
-    # what earlier runs taught of this target's copies is the better guess sooner. At 5, Gemma 3 270M side
-    # by side, 64 tokens, one user cache: 2.29x / 2.28x plain over the default / short sets at 1 thread
-    # against 2.09x / 2.05x at 6, 2.43x / 2.16x against 2.43x / 2.07x at 2 threads, while stored
-    # calibrations compounded; since runs pass on their own fit (learned), 5 and 6 are alike (2.22x /
-    # 2.23x, 2.18x / 2.19x). At 3 (gains at 2
-    # threads of 8-13%) quote-article fell to 0.94x-1.00x plain at 1 thread: a calibration learned on
-    # copies, taken after two rounds, made its 1- and 2-token matches look 0.5 likely and 16-20-token
-    # passes from them lost at their first token. The draft model stays at 6 (3-4: the underconfident
-    # draft's remembered worst 0.934x -> 0.919x in the simulation).
+    # what earlier runs taught of this target's copies is the better guess sooner. Gemma 3 270M side by
+    # side, 64 tokens, one user cache: while stored calibrations compounded, 5 beat 6 by 0-11% (1 and 2
+    # threads, default and short sets); since runs pass on their own fit (learned) the two are alike
+    # (2.22x / 2.23x, 2.18x / 2.19x plain). At 3, quote-article fell to 0.94x-1.00x plain at 1 thread: a
+    # calibration learned on copies, taken after two rounds, made its 1- and 2-token matches look 0.5
+    # likely and 16-20-token passes from them lost at their first token. A draft model stays at 6 (3-4:
+    # the underconfident draft's remembered worst 0.934x -> 0.919x in the simulation).
     lookup_early_evidence: float = 5.0
 
 

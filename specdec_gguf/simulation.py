@@ -46,8 +46,9 @@ def calibrated_profile(name: str) -> CostProfile:
     """What ``specdec calibrate`` measures of curve ``name``: its costs at ``CALIBRATION_SIZES`` only (a
     real run learns the larger sizes' costs online; given them, the schedule's first verify cap
     started past what a real run's does: 16 instead of 8 on gemma-epyc)."""
-    base, ratios, switch = CURVES[name]
-    return CostProfile({n: base * r for n, r in ratios.items() if n in CALIBRATION_SIZES}, switch_seconds=base * switch)
+    whole = curve_profile(name)
+    return CostProfile({n: t for n, t in whole.seconds.items() if n in CALIBRATION_SIZES},
+                       switch_seconds=whole.switch_seconds)
 
 
 @dataclass
