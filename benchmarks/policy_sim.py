@@ -40,7 +40,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec_gguf.schedule import ScheduleConstants  # noqa: E402
-from specdec_gguf.simulation import CURVES, DraftStyle, Trace, remembered, simulate_run, synthetic_traces  # noqa: E402
+from specdec_gguf.simulation import (CURVES, DraftStyle, Trace, in_turn, remembered, simulate_run,  # noqa: E402
+                                    synthetic_traces)
 from ab_constants import parse_variant  # noqa: E402
 
 
@@ -119,16 +120,9 @@ def simulate_matrix(traces: list[Trace], curves: list[str], ns: list[int], varia
 
 
 def _in_turn(traces: list[Trace], run_of: dict[str, functools.partial]) -> dict[str, float]:
-    """Adaptive seconds per trace in the second of two turns over ``traces``, each run starting from what
-    every run before it left (as a user's cache holds it)."""
-    done: list = []
-    seconds: dict[str, float] = {}
-    for _ in range(2):
-        for trace in traces:
-            result = run_of[trace.id](None, calibrations=remembered(done))
-            done.append(result)
-            seconds[trace.id] = result.seconds
-    return seconds
+    """Adaptive seconds per trace in the second of two turns over ``traces`` (simulation.in_turn)."""
+    runs = in_turn(traces, lambda trace, stored: run_of[trace.id](None, calibrations=stored))
+    return {trace_id: run.seconds for trace_id, run in runs.items()}
 
 
 def summaries(rows: list[dict]) -> list[str]:

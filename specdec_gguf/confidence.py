@@ -52,10 +52,15 @@ class AcceptanceModel:
     undersells itself was otherwise looked at one token a round for four rounds, 8% of a 64-token
     answer (``ScheduleConstants.early_evidence`` says why 6; prompt lookup's schedule passes its
     ``lookup_early_evidence``, 5).
+    ``weigh_calibration``: every refit pulls the fit towards the remembered calibration only as far as
+    this run's outcomes so far make it the likelier of the two (its posterior weight against the priors
+    as given, even odds at the start), not all the way once the run has begun (prompt lookup: whether
+    an answer copies its input, like the earlier answers, or not is the prompt's, not the model's).
     """
 
     def __init__(self, priors: Sequence[float], strength: float = 3.0, recency: float = 64.0,
-                 calibration: Sequence[float] | None = None, early_evidence: float = 6.0) -> None:
+                 calibration: Sequence[float] | None = None, early_evidence: float = 6.0,
+                 weigh_calibration: bool = False) -> None:
         if not len(priors):
             raise ConfigError("an acceptance model needs at least one bucket prior")
         if any(not 0.0 < p < 1.0 for p in priors):
@@ -70,6 +75,7 @@ class AcceptanceModel:
                               f"{_MIN_SLOPE}")
         self.strength, self.recency = strength, recency
         self._early_evidence = math.log(early_evidence)  # (compared with a log-likelihood ratio)
+        self._weigh = weigh_calibration
         self._n = n = len(priors)
         # Slots: bucket b's first tokens at b, its later ones at n + b, its deep ones at 2n + b. Plain
         # lists, not arrays: a round touches a few slots, and numpy's per-call cost (run with caches a
@@ -84,14 +90,21 @@ class AcceptanceModel:
         self.observations = [0] * n  # verified tokens per bucket
         self.outcomes = 0  # every outcome counted, verified or not: what taught the calibration
         self._since_fit = 0
+        self._refitted = False
         self._apply(_IDENTITY)
-        # Until the first refit: how much better the remembered calibration predicted the outcomes so
-        # far than the priors as given (log-likelihood ratio; None: nothing remembered).
+        # How much better the remembered calibration predicted the outcomes so far than the priors as
+        # given (log-likelihood ratio; None: nothing remembered, or no longer read: after the first
+        # refit unless weigh_calibration).
         self._evidence: float | None = None if calibration is None else 0.0
-        self._centre_pooled: list[float] = []  # what the remembered calibration says of each slot
+        # Per slot, what a hit and a miss add to it.
+        self._hit_evidence: list[float] = []
+        self._miss_evidence: list[float] = []
         if calibration is not None:
-            self._centre_pooled = [min(max(_sigmoid(self._slot_logit(centre, slot)), 1e-6), 1.0 - 1e-6)
-                                   for slot in range(3 * n)]
+            for slot in range(3 * n):
+                remembered, given = (min(max(_sigmoid(self._slot_logit(cal, slot)), 1e-6), 1.0 - 1e-6)
+                                     for cal in (centre, _IDENTITY))
+                self._hit_evidence.append(math.log(remembered / given))
+                self._miss_evidence.append(math.log((1.0 - remembered) / (1.0 - given)))
 
     @property
     def centre(self) -> tuple[float, float, float, float]:
@@ -146,13 +159,12 @@ class AcceptanceModel:
         self._seen.add(slot)
         self.outcomes += 1
         if self._evidence is not None:
-            remembered, given = self._centre_pooled[slot], self._pooled_at(slot)
-            self._evidence += hit * math.log(remembered / given) + (1.0 - hit) * math.log(
-                (1.0 - remembered) / (1.0 - given))
+            self._evidence += hit * self._hit_evidence[slot] + (1.0 - hit) * self._miss_evidence[slot]
 
     def _counted(self) -> None:
         self._since_fit += 1
-        if self._since_fit >= _REFIT_EVERY or self._evidence is not None and self._evidence >= self._early_evidence:
+        if self._since_fit >= _REFIT_EVERY or self._evidence is not None and not self._refitted \
+                and self._evidence >= self._early_evidence:
             self._refit()
 
     def own_fit(self) -> tuple[float, float, float, float]:
@@ -164,8 +176,14 @@ class AcceptanceModel:
     def _refit(self) -> None:
         """Refit the pooled calibration around the centre (see _fit) and make it the estimate."""
         self._since_fit = 0
-        self._evidence = None  # (the fit weighs this run's outcomes from now on)
-        self._apply(self._fit(self._centre, self.calibration))
+        centre = self._centre
+        if self._evidence is not None and self._weigh:
+            weight = _sigmoid(self._evidence)  # (the remembered calibration's posterior weight, even prior odds)
+            centre = tuple(given + weight * (remembered - given) for given, remembered in zip(_IDENTITY, centre))
+        elif not self._weigh:
+            self._evidence = None  # (the fit weighs this run's outcomes from now on)
+        self._refitted = True
+        self._apply(self._fit(centre, self.calibration))
 
     def _fit(self, centre: Sequence[float], start: Sequence[float]) -> tuple[float, float, float, float]:
         """Fit (a, s, d₁, d₂) by a few Newton steps from ``start`` on all buckets' counts, with a Gaussian

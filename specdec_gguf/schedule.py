@@ -130,6 +130,12 @@ class ScheduleConstants:
     # likely and 16-20-token passes from them lost at their first token. A draft model stays at 6 (3-4:
     # the underconfident draft's remembered worst 0.934x -> 0.919x in the simulation).
     lookup_early_evidence: float = 5.0
+    # Prompt lookup leans on a remembered calibration only as far as this run's outcomes make it the
+    # likelier one (AcceptanceModel(weigh_calibration=)): one learned on copies, taken whole at the first
+    # refit, bet 16-33-token passes on an answer editing every ~7th token (simulated in turn: 0.90x
+    # plain, 1.22x cold). A draft model's agreement is the pair's, whatever the prompt: taken whole (weighed,
+    # the underconfident draft's worst fell 0.924x -> 0.907x, tiny F32's 0.969x -> 0.946x).
+    lookup_weighs_remembered: bool = True
 
 
 @runtime_checkable
@@ -260,7 +266,8 @@ class AdaptiveSchedule:
         evidence = c.lookup_early_evidence if free_drafter else c.early_evidence
         self.models = {g: AcceptanceModel(list(priors.get(g) or [c.slot_prior] * k_max), c.prior_strength,
                                           c.recency, calibrations.get(g) if priors.get(g) else None,
-                                          early_evidence=evidence)
+                                          early_evidence=evidence,
+                                          weigh_calibration=free_drafter and c.lookup_weighs_remembered)
                        for g in (True, False)}
         # Decayed counts of which bucket a proposal's first token fell in, from a prior that the
         # drafter's confident buckets are the common ones (drafts are mostly sure of themselves).

@@ -8,7 +8,7 @@ and exact: the simulated target's output is the trace, whatever the policy draft
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Mapping, Sequence
+from typing import Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -247,6 +247,27 @@ def remembered(runs: Sequence[SimulatedRun]) -> dict[bool, Calibration]:
     at least ``MIN_OBSERVATIONS`` outcomes moves them half way (calibrations.blend), as a decoder's
     remember step does."""
     stored: dict[bool, Calibration] = {}
-    for run in runs:  # (the same rules as SpeculativeDecoder._remember and calibrations.remember)
-        stored = blended(stored, {greedy: cal for greedy, (cal, _) in worth_keeping(run.learned).items()})
+    for run in runs:
+        stored = _kept(stored, run)
     return stored
+
+
+def in_turn(traces: Sequence[Trace], run: Callable[[Trace, Mapping[bool, Calibration]], SimulatedRun],
+            turns: int = 2) -> dict[str, SimulatedRun]:
+    """Per trace, its run in the last of ``turns`` turns over ``traces``, each run (``run(trace,
+    calibrations)``) starting from what every run before it left in the store, as a user's cache
+    evolves: a calibration taught by earlier runs that were themselves remembered is taken on a prompt
+    unlike theirs (what :func:`remembered` over cold runs can't show)."""
+    stored: dict[bool, Calibration] = {}
+    last: dict[str, SimulatedRun] = {}
+    for _ in range(turns):
+        for trace in traces:
+            last[trace.id] = result = run(trace, stored)
+            stored = _kept(stored, result)
+    return last
+
+
+def _kept(stored: Mapping[bool, Calibration], run: SimulatedRun) -> dict[bool, Calibration]:
+    """``stored`` after ``run`` remembered what it learned (the same rules as SpeculativeDecoder._remember
+    and calibrations.remember)."""
+    return blended(stored, {greedy: cal for greedy, (cal, _) in worth_keeping(run.learned).items()})

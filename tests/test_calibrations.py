@@ -80,6 +80,34 @@ def test_the_evidence_a_remembered_calibration_needs_is_a_setting():
             AcceptanceModel(PRIORS, early_evidence=bad)
 
 
+def test_a_weighed_calibration_is_leaned_on_as_far_as_this_runs_outcomes_favour_it():
+    lifted = (2.0, 1.0, 0.0, 0.0)  # bucket 1: ~0.76 where its prior says 0.3
+    whole, weighed = (AcceptanceModel(PRIORS, calibration=lifted, weigh_calibration=w) for w in (False, True))
+    for model in (whole, weighed):
+        for _ in range(4):  # four rejected first tokens in bucket 1: the priors were right
+            model.update([1], 0)
+    # Taken whole, the refit is pulled up towards the lift (a: 0.55); weighed, the centre is all but the
+    # priors as given (posterior weight ~0.01), so it fits as a model with nothing remembered does (-0.66).
+    alone = AcceptanceModel(PRIORS)
+    for _ in range(4):
+        alone.update([1], 0)
+    assert weighed.calibration == pytest.approx(alone.calibration, abs=0.05)
+    assert whole.calibration[0] > weighed.calibration[0] + 1.0 and weighed.confidence(2) < whole.confidence(2) - 0.2
+    # Outcomes that favour the calibration: weighed, it is taken (weight ~0.98) as a whole one is.
+    whole, weighed = (AcceptanceModel(PRIORS, calibration=lifted, weigh_calibration=w) for w in (False, True))
+    for model in (whole, weighed):
+        for _ in range(4):
+            model.update([1], 1)
+    assert whole.calibration[0] > 2.0 and weighed.calibration[0] > 2.0
+    # Prompt lookup's schedule weighs; a draft model's takes its calibration whole.
+    lookup, draft = (AdaptiveSchedule(8, free_drafter=free, priors={True: PRIORS, False: PRIORS},
+                                      calibrations={True: lifted}) for free in (True, False))
+    for s in (lookup, draft):
+        for _ in range(4):
+            s.models[True].update([1], 0)
+    assert lookup.models[True].calibration[0] < 0.0 < draft.models[True].calibration[0]
+
+
 @pytest.mark.parametrize("bad", [(0.0, 1.0, 0.0), (0.0, 0.0, 0.0, 0.0), (float("nan"), 1.0, 0.0, 0.0)])
 def test_a_calibration_out_of_range_is_refused(bad):
     with pytest.raises(ConfigError, match="calibration"):
