@@ -50,8 +50,7 @@ class AcceptanceModel:
     remembered calibration over the priors as given by the likelihood ratio ``early_evidence``
     (6: two right first tokens where the priors said 0.3 and the calibration 0.75): a draft that
     undersells itself was otherwise looked at one token a round for four rounds, 8% of a 64-token
-    answer (``ScheduleConstants.early_evidence`` says why 6; prompt lookup's schedule passes its
-    ``lookup_early_evidence``, 5).
+    answer (``ScheduleConstants.early_evidence`` says why 6).
     ``weigh_calibration``: every refit pulls the fit towards the remembered calibration only as far as
     this run's outcomes so far make it the likelier of the two (its posterior weight against the priors
     as given, even odds at the start), not all the way once the run has begun (prompt lookup: whether

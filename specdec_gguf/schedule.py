@@ -120,16 +120,12 @@ class ScheduleConstants:
     # tiny-wide draft's first two right tokens fell just short (ratio 7.1: a third one-token round).
     # Lower ratios (4, 2) let an unlucky start (a hard stretch first) bet on what other prompts taught
     # (simulation, underconfident draft remembered: worst 0.954x -> 0.908x plain); 6 moved no worst case.
+    # Prompt lookup takes the same: a ratio of its own (5) gained only while stored calibrations
+    # compounded; since runs pass on their own fit, 5 and 6 ran alike side by side on Gemma 3 270M (two
+    # hosts, 1 and 2 threads, 64 tokens) and in every simulation; at 3 quote-article fell to 0.94x plain
+    # at 1 thread (a calibration learned on copies, taken after two rounds, bet 16-20-token passes on
+    # its 1- and 2-token matches).
     early_evidence: float = 6.0
-    # ... for prompt lookup, whose priors (by match length) are the same for every model and prompt, so
-    # what earlier runs taught of this target's copies is the better guess sooner. Gemma 3 270M side by
-    # side, 64 tokens, one user cache: while stored calibrations compounded, 5 beat 6 by 0-11% (1 and 2
-    # threads, default and short sets); since runs pass on their own fit (learned) the two are alike
-    # (2.22x / 2.23x, 2.18x / 2.19x plain). At 3, quote-article fell to 0.94x-1.00x plain at 1 thread: a
-    # calibration learned on copies, taken after two rounds, made its 1- and 2-token matches look 0.5
-    # likely and 16-20-token passes from them lost at their first token. A draft model stays at 6 (3-4:
-    # the underconfident draft's remembered worst 0.934x -> 0.919x in the simulation).
-    lookup_early_evidence: float = 5.0
     # Prompt lookup leans on a remembered calibration only as far as this run's outcomes make it the
     # likelier one (AcceptanceModel(weigh_calibration=)): one learned on copies, taken whole at the first
     # refit, bet 16-33-token passes on an answer editing every ~7th token (simulated in turn: 0.90x
@@ -263,10 +259,9 @@ class AdaptiveSchedule:
         self._slot_buckets = {g: not priors.get(g) for g in (True, False)}
         calibrations = calibrations or {}
         # (A calibration is of the drafter's priors: without them the slots have nothing to calibrate.)
-        evidence = c.lookup_early_evidence if free_drafter else c.early_evidence
         self.models = {g: AcceptanceModel(list(priors.get(g) or [c.slot_prior] * k_max), c.prior_strength,
                                           c.recency, calibrations.get(g) if priors.get(g) else None,
-                                          early_evidence=evidence,
+                                          early_evidence=c.early_evidence,
                                           weigh_calibration=free_drafter and c.lookup_weighs_remembered)
                        for g in (True, False)}
         # Decayed counts of which bucket a proposal's first token fell in, from a prior that the

@@ -66,15 +66,14 @@ def test_the_evidence_a_remembered_calibration_needs_is_a_setting():
                                 constants=ScheduleConstants(early_evidence=4.0))
     schedule.models[True].update_calibration(0, True)
     assert schedule.models[True].confidence(0) > 0.3
-    # Prompt lookup (a free drafter) takes its own: the same outcome is enough for it, not for a draft model.
-    split = ScheduleConstants(early_evidence=100.0, lookup_early_evidence=4.0)
-    lookup, draft = (AdaptiveSchedule(8, free_drafter=free, priors={True: PRIORS, False: PRIORS},
-                                      calibrations={True: (2.0, 1.0, 0.0, 0.0)}, constants=split)
-                     for free in (True, False))
-    for s in (lookup, draft):
-        s.models[True].update_calibration(0, True)
-    assert lookup.models[True].confidence(0) > 0.3
-    assert round(draft.models[True].confidence(0), 6) == PRIORS[0]
+    # Prompt lookup's schedule (a free drafter) hands on the same constant as a draft model's.
+    for evidence, taken in ((4.0, True), (6.0, False)):
+        for free in (True, False):
+            s = AdaptiveSchedule(8, free_drafter=free, priors={True: PRIORS, False: PRIORS},
+                                 calibrations={True: (2.0, 1.0, 0.0, 0.0)},
+                                 constants=ScheduleConstants(early_evidence=evidence))
+            s.models[True].update_calibration(0, True)
+            assert (s.models[True].confidence(0) > 0.3) is taken, (evidence, free)
     for bad in (0.5, float("nan")):
         with pytest.raises(ConfigError, match="early_evidence"):
             AcceptanceModel(PRIORS, early_evidence=bad)
