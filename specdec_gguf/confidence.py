@@ -175,7 +175,7 @@ class AcceptanceModel:
     def _refit(self) -> None:
         """Refit the pooled calibration around the centre (see _fit) and make it the estimate."""
         self._since_fit = 0
-        centre = self._centre
+        centre: Sequence[float] = self._centre
         if self._evidence is not None and self._weigh:
             weight = _sigmoid(self._evidence)  # (the remembered calibration's posterior weight, even prior odds)
             centre = tuple(given + weight * (remembered - given) for given, remembered in zip(_IDENTITY, centre))
