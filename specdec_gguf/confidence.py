@@ -176,11 +176,11 @@ class AcceptanceModel:
         """Refit the pooled calibration around the centre (see _fit) and make it the estimate."""
         self._since_fit = 0
         centre: Sequence[float] = self._centre
-        if self._evidence is not None and self._weigh:
+        if not self._weigh:
+            self._evidence = None  # (the fit weighs this run's outcomes from now on)
+        elif self._evidence is not None:
             weight = _sigmoid(self._evidence)  # (the remembered calibration's posterior weight, even prior odds)
             centre = tuple(given + weight * (remembered - given) for given, remembered in zip(_IDENTITY, centre))
-        elif not self._weigh:
-            self._evidence = None  # (the fit weighs this run's outcomes from now on)
         self._refitted = True
         self._apply(self._fit(centre, self.calibration))
 
