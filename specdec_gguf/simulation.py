@@ -197,7 +197,8 @@ def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, dr
                  agreement: float = 0.8, draft_ratio: float = 0.1, draft_style: DraftStyle = "informative",
                  seed: int = 0, schedule: DraftSchedule | None = None,
                  calibrations: Mapping[bool, Sequence[float]] | None = None,
-                 constants: ScheduleConstants | None = None) -> SimulatedRun:
+                 constants: ScheduleConstants | None = None,
+                 schedule_type: type[AdaptiveSchedule] = AdaptiveSchedule) -> SimulatedRun:
     """One run on ``trace`` with a fresh decoder.
 
     ``k`` None: the adaptive schedule (or ``schedule``, if given); 0: plain decoding; else fixed k.
@@ -206,7 +207,8 @@ def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, dr
     of the time in easy stretches with confidences of ``draft_style`` (see :func:`draft_pattern`).
     ``calibrations``: the calibrations earlier runs left in the store (calibrations.py), which the
     adaptive schedule pulls its fit towards, as ``specdec run`` does after earlier runs with the same
-    models. ``constants``: the adaptive schedule's (None: the shipped ones).
+    models. ``constants``: the adaptive schedule's (None: the shipped ones). ``schedule_type``: the
+    adaptive schedule's class (a subclass that logs its rounds: benchmarks/round_log.py).
     """
     costs = curve_profile(curve)
     clock = VirtualClock()
@@ -226,7 +228,7 @@ def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, dr
     if k == 0:
         decoder = SpeculativeDecoder(target, clock=clock)
     elif k is None:
-        schedule = schedule or AdaptiveSchedule(
+        schedule = schedule or schedule_type(
             default_num_draft_tokens(drafter, True), target_costs=calibrated_profile(curve), draft_costs=draft_costs,
             free_drafter=drafter == "prompt-lookup", draft_catch_up=drafting.max_catch_up,
             priors={g: drafting.acceptance_priors(g) for g in (True, False)}, calibrations=calibrations,

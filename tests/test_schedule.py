@@ -617,6 +617,24 @@ def test_a_remembered_calibration_taken_whole_loses_in_turn():
     assert worst < 0.95
 
 
+def test_a_simulated_run_takes_a_schedule_class_that_sees_every_round_and_decides_alike():
+    """benchmarks/round_log.py's hook: the simulation builds the adaptive schedule from ``schedule_type``,
+    a subclass sees each proposal and outcome, and the run is the same run (same seconds, same calibration)."""
+    seen = []
+
+    class Watching(AdaptiveSchedule):
+        def choose(self, proposal, greedy):
+            k = super().choose(proposal, greedy)
+            seen.append((len(proposal.tokens), k))
+            return k
+
+    trace = next(t for t in TRACES if t.id.startswith("copy-edit"))
+    shipped = simulate_run(trace, "big-q8", 64, None)
+    watched = simulate_run(trace, "big-q8", 64, None, schedule_type=Watching)
+    assert seen and any(k > 0 for _, k in seen)  # (a copy: some proposal was verified)
+    assert watched.seconds == shipped.seconds and watched.learned == shipped.learned
+
+
 def test_the_never_loses_check_can_fail():
     """Negative control: fixed k = 4 (the old default) loses badly on CPU cost curves."""
     ratios = [simulate(t, "49k-xeon", 64, 0) / simulate(t, "49k-xeon", 64, 4) for t in TRACES]
@@ -999,12 +1017,10 @@ def test_the_simulation_runs_the_adaptive_schedule_with_the_constants_it_is_give
     assert never == pytest.approx(plain) and shipped < 0.8 * plain
 
 
-def test_the_simulated_schedule_knows_only_what_calibration_measures(monkeypatch):
+def test_the_simulated_schedule_knows_only_what_calibration_measures():
     """A real run's profile holds ``CALIBRATION_SIZES`` only (larger passes are learned online); the
     simulation gives its schedule the same, while its clock charges the whole curve. Fails if the
     schedule were handed the curve's 17-token cost (its first verify cap then started at 16, not 8)."""
-    from specdec_gguf import simulation
-
     handed: list[CostProfile] = []
 
     class Spy(AdaptiveSchedule):
@@ -1012,8 +1028,7 @@ def test_the_simulated_schedule_knows_only_what_calibration_measures(monkeypatch
             handed.append(kwargs["target_costs"])
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(simulation, "AdaptiveSchedule", Spy)
-    simulate_run(TRACES[0], "gemma-epyc", 16, None)
+    simulate_run(TRACES[0], "gemma-epyc", 16, None, schedule_type=Spy)
     assert 17 in curve_profile("gemma-epyc").seconds
     assert sorted(handed[0].seconds) == sorted(CALIBRATION_SIZES)
     assert handed[0].cost(9) == curve_profile("gemma-epyc").cost(9)

@@ -1,0 +1,110 @@
+"""One simulated run, round by round: what the adaptive schedule saw and decided (no timing noise).
+
+Usage:
+  python benchmarks/round_log.py TRACE_ID [--traces FILE.jsonl] [--curve NAME[=...]] [-n 64]
+                                [--drafter draft-model --draft-ratio 0.12] [--in-turn] [--variant NAME:field=v,...]
+
+Each round prints what a costly drafter's start decision said (``next_k``: its start value and
+whether the round drafts), the proposal (length, the verify cap, the first buckets and their
+calibrated confidences, how many tokens ``choose`` verifies) and the outcome (verified, accepted,
+whether a declined proposal's first token was right), with the pooled calibration and, for a
+remembered one, the evidence for it. Then the run's ratio to plain decoding and to fixed k.
+``--in-turn``: the run starts from what the traces' runs in turn left in the calibration store
+(one whole turn, then the traces before this one: simulation.in_turn's order), as ``policy_sim.py
+--in-turn`` runs it. The question it answers is why a run in ``policy_sim.py``'s table lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from specdec_gguf.proposal import DraftProposal  # noqa: E402
+from specdec_gguf.schedule import AdaptiveSchedule, ScheduleConstants  # noqa: E402
+from specdec_gguf.simulation import SimulatedRun, Trace, remembered, simulate_run, synthetic_traces  # noqa: E402
+from ab_constants import parse_variant  # noqa: E402
+from policy_sim import load_traces, parse_curve  # noqa: E402
+
+
+class RoundLog(AdaptiveSchedule):
+    """The adaptive schedule, printing its decisions as it makes them."""
+
+    def next_k(self, room: int) -> int:
+        k = super().next_k(room)
+        if not self.free_drafter and k:
+            look = "look" if self._probing else "draft"
+            print(f"round: {look} (start value {self._start_value:+.3f}, {self._rounds_since_draft} plain rounds "
+                  f"since the last draft)")
+        return k
+
+    def choose(self, proposal: DraftProposal, greedy: bool) -> int:
+        k = super().choose(proposal, greedy)
+        model = self.models[greedy]
+        buckets = list(proposal.buckets or range(len(proposal.tokens)))[:8]
+        confidences = " ".join(f"{model.confidence(b, j):.2f}" for j, b in enumerate(buckets))
+        print(f"  proposal of {len(proposal.tokens)}, cap {self._verify_cap}: verify {k}; buckets {buckets} "
+              f"confidence {confidences}")
+        return k
+
+    def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
+                draft_seconds: float, verify_seconds: float, first_matched: bool | float | None = None) -> None:
+        super().observe(proposal, verified, accepted, generated, greedy, draft_seconds, verify_seconds,
+                        first_matched=first_matched)
+        if not proposal.tokens:
+            return
+        model = self.models[greedy]
+        evidence = "" if model._evidence is None else f", evidence for the remembered one {model._evidence:+.2f}"
+        right = "" if first_matched is None else f", first token right: {first_matched}"
+        print(f"  verified {verified}, accepted {accepted}{right}; calibration "
+              f"({', '.join(f'{v:.2f}' for v in model.calibration)}){evidence}")
+
+
+def store_before(traces: list[Trace], target: Trace, run_of) -> dict:
+    """The calibrations stored when ``target``'s run starts in the second turn of traces run in turn."""
+    runs: list[SimulatedRun] = []
+    for turn in range(2):
+        for trace in traces:
+            if turn == 1 and trace.id == target.id:
+                return remembered(runs)
+            runs.append(run_of(trace, remembered(runs)))
+    return remembered(runs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("trace", help="the trace's id (as policy_sim.py prints it)")
+    parser.add_argument("--traces", type=Path, help="recorded traces (JSONL; without: the synthetic ones)")
+    parser.add_argument("--curve", default="big-q8", help="a name of simulation.CURVES or NAME=T1_MS:R2,...")
+    parser.add_argument("-n", type=int, default=64, help="answer length")
+    parser.add_argument("--drafter", choices=["prompt-lookup", "draft-model"], default="prompt-lookup")
+    parser.add_argument("--draft-style", choices=["informative", "underconfident"], default="informative")
+    parser.add_argument("--draft-ratio", type=float, default=0.1)
+    parser.add_argument("--in-turn", action="store_true")
+    parser.add_argument("--variant", help="NAME:field=value,... (the schedule's constants)")
+    args = parser.parse_args()
+    curve = parse_curve(args.curve)
+    traces = load_traces(args.traces) if args.traces else synthetic_traces()
+    found = [t for t in traces if t.id == args.trace]
+    if not found:
+        raise SystemExit(f"no trace {args.trace!r}; there are: {', '.join(t.id for t in traces)}")
+    trace = found[0]
+    constants: ScheduleConstants | None = parse_variant(args.variant)[1] if args.variant else None
+    options = dict(drafter=args.drafter, draft_style=args.draft_style, draft_ratio=args.draft_ratio)
+
+    def run_of(t: Trace, stored: dict, **more) -> SimulatedRun:
+        return simulate_run(t, curve, args.n, None, calibrations=stored, constants=constants, **options, **more)
+
+    stored = store_before(traces, trace, run_of) if args.in_turn else {}
+    print(f"{trace.id} on {curve}, {args.n} tokens, {args.drafter}; stored calibrations: "
+          f"{ {g: tuple(round(v, 2) for v in c) for g, c in stored.items()} or 'none'}")
+    adaptive = run_of(trace, stored, schedule_type=RoundLog).seconds
+    plain = simulate_run(trace, curve, args.n, 0, **options).seconds
+    fixed = {k: plain / simulate_run(trace, curve, args.n, k, **options).seconds for k in (1, 2, 4, 8, 16, 32, 64)}
+    print(f"adaptive {plain / adaptive:.3f}x plain; fixed k: " + ", ".join(f"{k}: {r:.3f}x" for k, r in fixed.items()))
+
+
+if __name__ == "__main__":
+    main()
