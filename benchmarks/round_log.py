@@ -1,8 +1,10 @@
-"""One simulated run, round by round: what the adaptive schedule saw and decided (no timing noise).
+"""One run, round by round: what the adaptive schedule saw and decided, simulated (no timing noise) or real.
 
 Usage:
   python benchmarks/round_log.py TRACE_ID [--traces FILE.jsonl] [--curve NAME[=...]] [-n 64]
                                 [--drafter draft-model --draft-ratio 0.12] [--in-turn] [--variant NAME:field=v,...]
+  python benchmarks/round_log.py PROMPT_ID --model T.gguf [--draft D.gguf] [--set default] [-n 64] [-t 2]
+                                [--runs 3] [--fresh-cache] [--variant ...]
 
 Each round prints what a costly drafter's start decision said (``next_k``: its start value and
 whether the round drafts), the proposal (length, the verify cap, the first buckets and their
@@ -12,12 +14,21 @@ remembered one, the evidence for it. Then the run's ratio to plain decoding and 
 ``--in-turn``: the run starts from what the traces' runs in turn left in the calibration store
 (one whole turn, then the traces before this one: simulation.in_turn's order), as ``policy_sim.py
 --in-turn`` runs it. The question it answers is why a run in ``policy_sim.py``'s table lost.
+
+With ``--model`` the runs are real: a built-in prompt (``--set``) on the model, with the ``--draft`` model
+or prompt lookup, ``--runs`` times a plain run then an adaptive one, each a fresh decoder whose engines
+prefill the prompt (as ``specdec bench`` runs trials), the adaptive one logged with each round's measured
+draft and verify times, and its ratio to the plain run beside it. They read and write the user cache
+(cost profiles, calibrations) as ``specdec run`` does; ``--fresh-cache`` gives them an empty one, so the
+first run is a first run. Run it on an otherwise idle machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -58,8 +69,9 @@ class RoundLog(AdaptiveSchedule):
         model = self.models[greedy]
         evidence = "" if model._evidence is None else f", evidence for the remembered one {model._evidence:+.2f}"
         right = "" if first_matched is None else f", first token right: {first_matched}"
-        print(f"  verified {verified}, accepted {accepted}{right}; calibration "
-              f"({', '.join(f'{v:.2f}' for v in model.calibration)}){evidence}")
+        print(f"  verified {verified}, accepted {accepted}{right} (draft {draft_seconds * 1e3:.2f} ms, verify "
+              f"{verify_seconds * 1e3:.2f} ms); calibration ({', '.join(f'{v:.2f}' for v in model.calibration)})"
+              f"{evidence}")
 
 
 def store_before(traces: list[Trace], target: Trace, run_of) -> dict:
@@ -73,9 +85,47 @@ def store_before(traces: list[Trace], target: Trace, run_of) -> dict:
     return remembered(runs)
 
 
+def real_runs(args: argparse.Namespace, constants: ScheduleConstants | None) -> None:
+    """``args.runs`` times a plain run then a logged adaptive one on the real model (see the module docs)."""
+    from specdec_gguf.benchmark import start_afresh
+    from specdec_gguf.factory import make_decoder, open_engine
+    from specdec_gguf.prompts import PROMPT_SETS
+    from specdec_gguf.settings import DrafterSettings, EngineSettings
+
+    texts = {pid: text for pid, _, text in PROMPT_SETS[args.set]}
+    if args.trace not in texts:
+        raise SystemExit(f"no prompt {args.trace!r} in set {args.set!r}; there are: {', '.join(texts)}")
+    target = open_engine(EngineSettings(model=args.model, n_ctx=2048, n_threads=args.threads))
+    draft = open_engine(EngineSettings(model=args.draft, n_ctx=2048, n_threads=args.threads)) if args.draft else None
+    engines = [e for e in (target, draft) if e is not None]
+    kind = "draft-model" if draft is not None else "prompt-lookup"
+    prompt = target.tokenize(texts[args.trace])
+    try:
+        plain = DrafterSettings(kind="none")
+        make_decoder(target, plain).generate(prompt, min(32, args.n), ignore_eog=True)  # (warm llama.cpp up)
+        for run in range(args.runs):
+            start_afresh(engines)
+            base = make_decoder(target, plain).generate(prompt, args.n, ignore_eog=True).stats.generation_seconds
+            decoder = make_decoder(target, DrafterSettings(kind=kind), draft, constants=constants)  # type: ignore[arg-type]
+            decoder.schedule.__class__ = RoundLog  # (the schedule the decoder built, logging; nothing else changes)
+            print(f"run {run + 1}, {kind}:")
+            start_afresh(engines)
+            seconds = decoder.generate(prompt, args.n, ignore_eog=True).stats.generation_seconds
+            print(f"run {run + 1}: adaptive {seconds * 1e3:.1f} ms, plain {base * 1e3:.1f} ms: {base / seconds:.3f}x plain")
+    finally:
+        for engine in engines:
+            engine.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("trace", help="the trace's id (as policy_sim.py prints it)")
+    parser.add_argument("trace", help="the trace's id (as policy_sim.py prints it), or with --model a prompt id")
+    parser.add_argument("--model", type=Path, help="run on this target GGUF instead of simulating")
+    parser.add_argument("--draft", type=Path, help="with --model: the draft GGUF (without: prompt lookup)")
+    parser.add_argument("--set", default="default", help="with --model: the built-in prompt set")
+    parser.add_argument("-t", "--threads", type=int, default=2, help="with --model: CPU threads")
+    parser.add_argument("--runs", type=int, default=3, help="with --model: plain and adaptive runs, in turn")
+    parser.add_argument("--fresh-cache", action="store_true", help="with --model: start from an empty user cache")
     parser.add_argument("--traces", type=Path, help="recorded traces (JSONL; without: the synthetic ones)")
     parser.add_argument("--curve", default="big-q8", help="a name of simulation.CURVES or NAME=T1_MS:R2,...")
     parser.add_argument("-n", type=int, default=64, help="answer length")
@@ -85,13 +135,21 @@ def main() -> None:
     parser.add_argument("--in-turn", action="store_true")
     parser.add_argument("--variant", help="NAME:field=value,... (the schedule's constants)")
     args = parser.parse_args()
+    constants: ScheduleConstants | None = parse_variant(args.variant)[1] if args.variant else None
+    if args.model:
+        if args.fresh_cache:
+            with tempfile.TemporaryDirectory(prefix="specdec-round-log-") as cache:
+                os.environ["SPECDEC_CACHE_DIR"] = cache
+                real_runs(args, constants)
+        else:
+            real_runs(args, constants)
+        return
     curve = parse_curve(args.curve)
     traces = load_traces(args.traces) if args.traces else synthetic_traces()
     found = [t for t in traces if t.id == args.trace]
     if not found:
         raise SystemExit(f"no trace {args.trace!r}; there are: {', '.join(t.id for t in traces)}")
     trace = found[0]
-    constants: ScheduleConstants | None = parse_variant(args.variant)[1] if args.variant else None
     options = dict(drafter=args.drafter, draft_style=args.draft_style, draft_ratio=args.draft_ratio)
 
     def run_of(t: Trace, stored: dict, **more) -> SimulatedRun:
