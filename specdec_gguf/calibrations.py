@@ -10,6 +10,12 @@ per target and drafter (their model files, settings, build and threads:
 ``TextModel.profile_key``), and the next run's calibration starts from it and is pulled
 towards it instead of towards the priors as given. Each kept generation moves the stored
 calibration part of the way: one odd prompt does not decide the next run.
+
+A generation too short to teach a calibration alone (fewer than ``MIN_OBSERVATIONS`` outcomes: a
+draft that is only looked at sees 3-10 in an answer) leaves its outcomes per slot *pending* beside
+the calibration; once the pending outcomes of several runs reach the minimum, the calibration they
+say together is blended in as one generation's. Without that, a draft whose own probabilities
+undersell it and whose first run learned nothing left every later run as blind.
 """
 
 from __future__ import annotations
@@ -17,11 +23,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from filelock import FileLock, Timeout
 
+from .confidence import AcceptanceModel
 from .engine import DrafterEngine, SpeculativeEngine, TextModel
 from .profile import cache_dir, write_cache_file
 
@@ -38,6 +46,17 @@ _BOUNDS = ((-8.0, 8.0), (0.1, 8.0), (-6.0, 6.0), (-6.0, 6.0))
 LOCK_SECONDS = 2.0
 
 Calibration = tuple[float, float, float, float]
+Counts = tuple[list[float], list[float]]  # per slot of an AcceptanceModel: hits, outcomes (AcceptanceModel.counts)
+_POLICIES = ((True, "greedy"), (False, "sampled"))
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What the store holds for a pair, per policy (True: greedy): the calibration, and the outcomes of
+    runs too short to teach one alone, pending until enough are in."""
+
+    calibrations: dict[bool, Calibration] = field(default_factory=dict)
+    pending: dict[bool, Counts] = field(default_factory=dict)
 
 
 def pair_key(target: SpeculativeEngine, drafter: DrafterEngine) -> str | None:
@@ -74,19 +93,38 @@ def _valid(values: object) -> Calibration | None:
     return numbers  # type: ignore[return-value]
 
 
+def _valid_counts(values: object) -> Counts | None:
+    if not isinstance(values, dict):
+        return None
+    try:
+        hits, outcomes = ([float(v) for v in values[name]] for name in ("hits", "outcomes"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    if len(hits) != len(outcomes) or not all(math.isfinite(o) and 0.0 <= h <= o for h, o in zip(hits, outcomes)):
+        return None
+    return hits, outcomes
+
+
 def recall(key: str | None) -> dict[bool, Calibration]:
     """The stored calibrations for greedy (True) and sampled (False) decoding under ``key``; those
     missing, unreadable, stored for another key or out of bounds are left out."""
+    return _read(key).calibrations
+
+
+def _read(key: str | None) -> Stored:
+    """All that is stored under ``key`` (what is missing, unreadable or out of bounds left out)."""
     if key is None:
-        return {}
+        return Stored()
     try:
         data = json.loads(_path_for(key).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {}
+        return Stored()
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("key") != key:
-        return {}
-    found = {greedy: _valid(data.get(name)) for greedy, name in ((True, "greedy"), (False, "sampled"))}
-    return {greedy: cal for greedy, cal in found.items() if cal is not None}
+        return Stored()
+    pending = data.get("pending") if isinstance(data.get("pending"), dict) else {}
+    found = {greedy: (_valid(data.get(name)), _valid_counts(pending.get(name))) for greedy, name in _POLICIES}
+    return Stored({greedy: cal for greedy, (cal, _) in found.items() if cal is not None},
+                  {greedy: counts for greedy, (_, counts) in found.items() if counts is not None})
 
 
 def blend(old: Sequence[float] | None, new: Sequence[float]) -> Calibration | None:
@@ -116,10 +154,31 @@ def blended(stored: Mapping[bool, Calibration], learned: Mapping[bool, Sequence[
     return out
 
 
-def remember(key: str | None, learned: Mapping[bool, Sequence[float]]) -> None:
-    """Move the stored calibrations ``BLEND`` of the way to ``learned`` (stored as is when there is
-    none yet) and write them (profile.write_cache_file), one run at a time (a lock file beside them)."""
-    if key is None or not learned:
+def passed_on(stored: Stored, learned: Mapping[bool, Sequence[float]],
+              short: Mapping[bool, tuple[Counts, Sequence[float]]] | None = None) -> Stored:
+    """``stored`` after a run passed on ``learned`` (per policy, a calibration resting on enough outcomes:
+    blended in) and ``short`` (per policy, the (counts, bucket priors) of a run with too few: added to
+    what is pending; once that holds ``MIN_OBSERVATIONS`` outcomes, the calibration they say together,
+    fitted around the priors as given, is blended in and they are cleared)."""
+    calibrations = blended(stored.calibrations, learned)
+    pending = dict(stored.pending)
+    for greedy, ((hits, outcomes), priors) in (short or {}).items():
+        old = pending.get(greedy)
+        if old is not None and len(old[0]) == len(hits):  # (another length: another drafter's, dropped)
+            hits, outcomes = [a + b for a, b in zip(old[0], hits)], [a + b for a, b in zip(old[1], outcomes)]
+        if sum(outcomes) < MIN_OBSERVATIONS:
+            pending[greedy] = (list(hits), list(outcomes))
+            continue
+        pending.pop(greedy, None)
+        calibrations = blended(calibrations, {greedy: AcceptanceModel(priors).fit_counts(hits, outcomes)})
+    return Stored(calibrations, pending)
+
+
+def remember(key: str | None, learned: Mapping[bool, Sequence[float]],
+             short: Mapping[bool, tuple[Counts, Sequence[float]]] | None = None) -> None:
+    """Pass a run's ``learned`` calibrations and ``short`` outcomes on to the store (see passed_on) and
+    write it (profile.write_cache_file), one run at a time (a lock file beside it)."""
+    if key is None or not (learned or short):
         return
     path = _path_for(key)
     try:
@@ -127,9 +186,13 @@ def remember(key: str | None, learned: Mapping[bool, Sequence[float]]) -> None:
         # Runs sharing the cache (a server's requests, batch jobs side by side) each read, blend and
         # write: unlocked, two that overlap both blend into the same old file and one blend is lost.
         with FileLock(path.with_suffix(".lock"), timeout=LOCK_SECONDS):
-            stored = blended(recall(key), learned)
-            write_cache_file(path, {"format": FORMAT, "key": key, **{
-                name: list(stored[greedy]) for greedy, name in ((True, "greedy"), (False, "sampled"))
-                if greedy in stored}})
+            stored = passed_on(_read(key), learned, short)
+            data: dict[str, object] = {"format": FORMAT, "key": key}
+            data.update({name: list(stored.calibrations[greedy]) for greedy, name in _POLICIES
+                         if greedy in stored.calibrations})
+            if stored.pending:
+                data["pending"] = {name: {"hits": stored.pending[greedy][0], "outcomes": stored.pending[greedy][1]}
+                                   for greedy, name in _POLICIES if greedy in stored.pending}
+            write_cache_file(path, data)
     except (OSError, Timeout):
         return  # a cache that can't be written (or is held that long) is skipped: it is an optimisation

@@ -72,6 +72,7 @@ class AcceptanceModel:
         if len(centre) != 4 or not all(math.isfinite(v) for v in centre) or centre[1] < _MIN_SLOPE:
             raise ConfigError(f"calibration={calibration!r} must be four finite numbers (a, s, d1, d2) with s >= "
                               f"{_MIN_SLOPE}")
+        self.priors = tuple(float(p) for p in priors)
         self.strength, self.recency = strength, recency
         self._early_evidence = math.log(early_evidence)  # (compared with a log-likelihood ratio)
         self._weigh = weigh_calibration
@@ -172,6 +173,19 @@ class AcceptanceModel:
         centred on what the store held compound, run after run)."""
         return self._fit(_IDENTITY, _IDENTITY)
 
+    def counts(self) -> tuple[list[float], list[float]]:
+        """Per slot (bucket b's first tokens at b, later ones at n + b, deep ones at 2n + b), the hits and
+        outcomes the pooled calibration is fitted to, verified or not."""
+        hits = [h + u for h, u in zip(self._hits, self._unverified_hits)]
+        return hits, [t + u for t, u in zip(self._total, self._unverified_total)]
+
+    def fit_counts(self, hits: Sequence[float], outcomes: Sequence[float]) -> tuple[float, float, float, float]:
+        """What per-slot ``hits`` and ``outcomes`` (as ``counts`` gives them, for this model's buckets) say of
+        the pooled calibration on their own, fitted around the priors as given (as own_fit)."""
+        if len(hits) != 3 * self._n or len(outcomes) != 3 * self._n:
+            raise ConfigError(f"counts of {len(hits)} and {len(outcomes)} slots given; this model has {3 * self._n}")
+        return self._fit(_IDENTITY, _IDENTITY, (hits, outcomes))
+
     def _refit(self) -> None:
         """Refit the pooled calibration around the centre (see _fit) and make it the estimate."""
         self._since_fit = 0
@@ -184,16 +198,22 @@ class AcceptanceModel:
         self._refitted = True
         self._apply(self._fit(centre, self.calibration))
 
-    def _fit(self, centre: Sequence[float], start: Sequence[float]) -> tuple[float, float, float, float]:
-        """Fit (a, s, d₁, d₂) by a few Newton steps from ``start`` on all buckets' counts, with a Gaussian
-        prior at ``centre`` (precisions 1, 4, 1, 1: 1 / how far the data may move a, s, d₁ and d₂)."""
-        n, exp = self._n, math.exp
-        hits, total, u_hits, u_total, logit = self._hits, self._total, self._unverified_hits, \
-            self._unverified_total, self._logit
+    def _fit(self, centre: Sequence[float], start: Sequence[float],
+             counts: tuple[Sequence[float], Sequence[float]] | None = None) -> tuple[float, float, float, float]:
+        """Fit (a, s, d₁, d₂) by a few Newton steps from ``start`` on all buckets' counts (or the per-slot
+        (hits, outcomes) ``counts``), with a Gaussian prior at ``centre`` (precisions 1, 4, 1, 1: 1 / how far
+        the data may move a, s, d₁ and d₂)."""
+        n, exp, logit = self._n, math.exp, self._logit
         # Per slot group (first, later, deep tokens), its seen slots' (outcomes, hits, logit of the prior).
         groups: tuple[list[tuple[float, float, float]], ...] = ([], [], [])
-        for i in sorted(self._seen):
-            groups[i // n].append((total[i] + u_total[i], hits[i] + u_hits[i], logit[i]))
+        if counts is None:
+            hits, total, u_hits, u_total = self._hits, self._total, self._unverified_hits, self._unverified_total
+            for i in sorted(self._seen):
+                groups[i // n].append((total[i] + u_total[i], hits[i] + u_hits[i], logit[i]))
+        else:
+            for i, (y, count) in enumerate(zip(*counts)):
+                if count > 0:
+                    groups[i // n].append((float(count), float(y), logit[i]))
         a, s, d1, d2 = start
         ca, cs, c1, c2 = centre
         for _ in range(4):

@@ -580,6 +580,15 @@ class AdaptiveSchedule:
         return {g: (m.own_fit(), m.outcomes) for g, m in self.models.items()
                 if not self._slot_buckets[g] and m.outcomes >= at_least.get(g, 0)}
 
+    def counts(self) -> dict[bool, tuple[tuple[list[float], list[float]], tuple[float, ...]]]:
+        """Per policy whose drafter has buckets, a costly drafter's (a draft model's): the per-slot outcomes
+        its calibration is fitted to (AcceptanceModel.counts) and the drafter's priors, what calibrations.py
+        keeps pending of a run too short to teach a calibration alone. (A free drafter's looks cost nothing,
+        so no run of it is blind for want of them: prompt lookup passes on only what a run learned.)"""
+        if self.free_drafter:
+            return {}
+        return {g: (m.counts(), m.priors) for g, m in self.models.items() if not self._slot_buckets[g]}
+
     # -- learning -----------------------------------------------------------------------------------
     def _right_look(self, first_matched: bool | float | None) -> bool:
         """Whether a declined proposal's first token was right (see observe): greedy, the plain step's own

@@ -7,12 +7,12 @@ and exact: the simulated target's output is the trace, whatever the policy draft
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
-from .calibrations import Calibration, blended, worth_keeping
+from .calibrations import Calibration, Counts, Stored, passed_on, worth_keeping
 from .decoder import SpeculativeDecoder
 from .drafters import AutoregressiveDrafter, PromptLookupDrafter
 from .drafters.autoregressive import _top_probability
@@ -183,6 +183,9 @@ class SimulatedRun:
 
     seconds: float
     learned: dict[bool, tuple[tuple[float, float, float, float], int]]
+    # Per policy, the run's per-slot outcomes and the drafter's priors (AdaptiveSchedule.counts): what a
+    # run with too few outcomes to pass on a calibration leaves pending.
+    counts: dict[bool, tuple[Counts, tuple[float, ...]]] = field(default_factory=dict)
 
 
 def simulate(trace: Trace, curve: str, max_tokens: int, k: int | None, *, drafter: str = "prompt-lookup",
@@ -240,18 +243,19 @@ def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, dr
     result = decoder.generate(trace.prompt, n, ignore_eog=True)
     if result.tokens != trace.output[:n]:
         raise AssertionError(f"simulation of {trace.id} broke greedy exactness")
-    learned = schedule.learned() if k is None and isinstance(schedule, AdaptiveSchedule) else {}
-    return SimulatedRun(result.stats.generation_seconds, learned)
+    if k is None and isinstance(schedule, AdaptiveSchedule):
+        return SimulatedRun(result.stats.generation_seconds, schedule.learned(), schedule.counts())
+    return SimulatedRun(result.stats.generation_seconds, {})
 
 
 def remembered(runs: Sequence[SimulatedRun]) -> dict[bool, Calibration]:
     """The calibrations the user cache would hold after ``runs``, in order: each run that learned from
     at least ``MIN_OBSERVATIONS`` outcomes moves them half way (calibrations.blend), as a decoder's
-    remember step does."""
-    stored: dict[bool, Calibration] = {}
+    remember step does; runs with fewer leave their outcomes pending: calibrations.passed_on)."""
+    stored = Stored()
     for run in runs:
         stored = _kept(stored, run)
-    return stored
+    return stored.calibrations
 
 
 def in_turn(traces: Sequence[Trace], run: Callable[[Trace, Mapping[bool, Calibration]], SimulatedRun],
@@ -260,16 +264,19 @@ def in_turn(traces: Sequence[Trace], run: Callable[[Trace, Mapping[bool, Calibra
     calibrations)``) starting from what every run before it left in the store, as a user's cache
     evolves: a calibration taught by earlier runs that were themselves remembered is taken on a prompt
     unlike theirs (what :func:`remembered` over cold runs can't show)."""
-    stored: dict[bool, Calibration] = {}
+    stored = Stored()
     last: dict[str, SimulatedRun] = {}
     for _ in range(turns):
         for trace in traces:
-            last[trace.id] = result = run(trace, stored)
+            last[trace.id] = result = run(trace, stored.calibrations)
             stored = _kept(stored, result)
     return last
 
 
-def _kept(stored: Mapping[bool, Calibration], run: SimulatedRun) -> dict[bool, Calibration]:
+def _kept(stored: Stored, run: SimulatedRun) -> Stored:
     """``stored`` after ``run`` remembered what it learned (the same rules as SpeculativeDecoder._remember
     and calibrations.remember)."""
-    return blended(stored, {greedy: cal for greedy, (cal, _) in worth_keeping(run.learned).items()})
+    keep = worth_keeping(run.learned)
+    return passed_on(stored, {greedy: cal for greedy, (cal, _) in keep.items()},
+                     {greedy: counts for greedy, counts in run.counts.items()
+                      if greedy not in keep and sum(counts[0][1]) > 0})

@@ -243,6 +243,19 @@ def test_without_the_cache_nothing_is_read_or_written(trace_target):
     assert _lookup_decoder(trace_target, profile_cache=False).schedule.models[True].centre == (0.0, 1.0, 0.0, 0.0)
 
 
+def test_a_decoder_passes_on_each_outcome_once(trace_target, monkeypatch):
+    """A second, short generation on the same decoder adds too few new outcomes to pass its calibration on
+    again (fails if the outcomes already passed on were counted anew)."""
+    passed = []
+    remember = calibrations.remember
+    monkeypatch.setattr(calibrations, "remember", lambda key, learned, short=None: (
+        passed.append(dict(learned)), remember(key, learned, short)))
+    decoder = _lookup_decoder(trace_target)
+    decoder.generate(TRACE.prompt, N, ignore_eog=True)
+    decoder.generate(TRACE.prompt, 2, ignore_eog=True)
+    assert [bool(learned) for learned in passed] == [True, False]
+
+
 def test_a_generation_that_learned_little_leaves_the_store_alone(trace_target):
     decoder = _lookup_decoder(trace_target)
     decoder.generate(TRACE.prompt, 2, ignore_eog=True)  # one or two rounds: a guess
@@ -307,3 +320,81 @@ def test_a_run_passes_on_what_its_own_outcomes_say_not_the_remembered_calibratio
         schedule.models[True].update([0, 1, 2], 1)
     passed_on, outcomes = schedule.learned()[True]
     assert passed_on == pytest.approx(alone.fitted(), abs=1e-6) and outcomes == alone.outcomes
+
+
+def _counts(**per_slot: float) -> tuple[list[float], list[float]]:
+    """Per-slot (hits, outcomes) for PRIORS' four buckets, all outcomes right: ``s1=10`` is ten in slot 1."""
+    hits = [0.0] * (3 * len(PRIORS))
+    for name, n in per_slot.items():
+        hits[int(name[1:])] = n
+    return hits, list(hits)
+
+
+def test_short_runs_leave_their_outcomes_pending_until_they_teach_a_calibration_together():
+    """A run with fewer than MIN_OBSERVATIONS outcomes (a draft only looked at: 3-10 a run) keeps them
+    pending; once runs together hold enough, the calibration they say is blended in and they are cleared.
+    Fails if short runs' outcomes are dropped (every such run is then as blind as the first)."""
+    short = {True: (_counts(s1=10.0), PRIORS)}  # ten right first tokens where the prior said 0.3
+    stored = calibrations.Stored()
+    for _ in range(3):
+        stored = calibrations.passed_on(stored, {}, short)
+    assert stored.calibrations == {} and sum(stored.pending[True][1]) == 30 < calibrations.MIN_OBSERVATIONS
+    stored = calibrations.passed_on(stored, {}, short)
+    assert stored.pending == {}
+    together = AcceptanceModel(PRIORS).fit_counts(*_counts(s1=40.0))
+    assert stored.calibrations == {True: pytest.approx(together)}
+    assert together[0] > 0.5  # right where the priors said 0.3: the calibration lifts them
+    # A run that learned enough on its own is blended in as before, pending outcomes left waiting.
+    stored = calibrations.passed_on(stored, {True: (1.0, 1.0, 0.0, 0.0)}, {False: (_counts(s2=5.0), PRIORS)})
+    assert stored.calibrations[True] == pytest.approx(calibrations.blend(together, (1.0, 1.0, 0.0, 0.0)))
+    assert sum(stored.pending[False][1]) == 5 and True not in stored.pending
+
+
+def test_pending_outcomes_are_stored_beside_the_calibration_and_damaged_ones_ignored():
+    calibrations.remember("pair-a", {True: (1.0, 1.2, 0.3, -0.1)}, {True: (_counts(s1=4.0), PRIORS)})
+    assert calibrations.recall("pair-a") == {True: (1.0, 1.2, 0.3, -0.1)}  # (pending: not a calibration yet)
+    calibrations.remember("pair-a", {}, {True: (_counts(s1=4.0, s5=2.0), PRIORS)})
+    assert calibrations._read("pair-a").pending == {True: _counts(s1=8.0, s5=2.0)}
+    (path,) = calibrations.store_dir().glob("*.json")
+    data = json.loads(path.read_text())
+    data["pending"]["greedy"]["hits"][1] = 99.0  # more hits than outcomes: a damaged file
+    path.write_text(json.dumps(data))
+    assert calibrations._read("pair-a").pending == {}
+    assert calibrations.recall("pair-a") == {True: (1.0, 1.2, 0.3, -0.1)}  # the calibration still stands
+
+
+def _draft_decoder(monkeypatch) -> SpeculativeDecoder:
+    """A decoder with a draft that is always right at probabilities that undersell it (0.2), on the
+    copy-edit trace with big-q8's costs, both profiles known (as a calibrated run's are)."""
+    from specdec_gguf import decoder as decoder_module
+    from specdec_gguf.engines.simulated import SimulatedDraftEngine
+
+    costs = curve_profile("big-q8")
+    draft_costs = CostProfile({1: 0.1 * costs.cost(1), 2: 0.12 * costs.cost(1)})
+    monkeypatch.setattr(decoder_module, "profile_for", lambda engine, use_cache=True:
+                        draft_costs if isinstance(engine, SimulatedDraftEngine) else costs)
+    clock = VirtualClock()
+    full = TRACE.prompt + TRACE.output
+    draft = SimulatedDraftEngine(full, [True] * len(full), [0.2] * len(full), TRACE.n_vocab, draft_costs, clock)
+    return SpeculativeDecoder(TRACE.target(costs, clock), AutoregressiveDrafter(draft), clock=clock)
+
+
+def test_a_draft_models_short_generations_pass_on_only_their_new_outcomes(trace_target, monkeypatch):
+    decoder = _draft_decoder(monkeypatch)
+    decoder.generate(TRACE.prompt, 16, ignore_eog=True)
+    model = decoder.schedule.models[True]
+    first = model.outcomes
+    assert 0 < first < calibrations.MIN_OBSERVATIONS
+    assert sum(calibrations._read(KEY).pending[True][1]) == first
+    decoder.generate(TRACE.prompt, 16, ignore_eog=True)  # the same decoder again: only what is new is added
+    assert first < model.outcomes < calibrations.MIN_OBSERVATIONS
+    assert sum(calibrations._read(KEY).pending[True][1]) == model.outcomes
+    assert calibrations.recall(KEY) == {}
+    # A third short generation brings the pending outcomes past the minimum: they teach a calibration.
+    decoder.generate(TRACE.prompt, 16, ignore_eog=True)
+    assert calibrations._read(KEY).pending == {}
+    assert calibrations.recall(KEY)[True][0] > 0.5  # always right where the priors said 0.15
+    # Prompt lookup's runs leave nothing pending (its looks cost nothing: no run of it is blind).
+    lookup = _lookup_decoder(trace_target)
+    lookup.generate(TRACE.prompt, 2, ignore_eog=True)
+    assert lookup.schedule.models[True].outcomes > 0 and calibrations._read(KEY).pending == {}
