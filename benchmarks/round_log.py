@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec_gguf.proposal import DraftProposal  # noqa: E402
 from specdec_gguf.schedule import AdaptiveSchedule, ScheduleConstants  # noqa: E402
-from specdec_gguf.simulation import SimulatedRun, Trace, remembered, simulate_run, synthetic_traces  # noqa: E402
+from specdec_gguf.simulation import SimulatedRun, Trace, in_turn, simulate_run, synthetic_traces  # noqa: E402
 from ab_constants import parse_variant  # noqa: E402
 from policy_sim import load_traces, parse_curve  # noqa: E402
 
@@ -75,14 +75,16 @@ class RoundLog(AdaptiveSchedule):
 
 
 def store_before(traces: list[Trace], target: Trace, run_of) -> dict:
-    """The calibrations stored when ``target``'s run starts in the second turn of traces run in turn."""
-    runs: list[SimulatedRun] = []
-    for turn in range(2):
-        for trace in traces:
-            if turn == 1 and trace.id == target.id:
-                return remembered(runs)
-            runs.append(run_of(trace, remembered(runs)))
-    return remembered(runs)
+    """The calibrations stored when ``target``'s run starts in the second of two turns of the traces run
+    in turn (simulation.in_turn, which hands each run the store as it stands)."""
+    handed: dict[str, dict] = {}
+
+    def run(trace: Trace, stored) -> SimulatedRun:
+        handed[trace.id] = dict(stored)  # (the second turn's overwrites the first's)
+        return run_of(trace, stored)
+
+    in_turn(traces, run)
+    return handed[target.id]
 
 
 def real_runs(args: argparse.Namespace, constants: ScheduleConstants | None) -> None:

@@ -157,8 +157,8 @@ def blended(stored: Mapping[bool, Calibration], learned: Mapping[bool, Sequence[
 def passed_on(stored: Stored, learned: Mapping[bool, Sequence[float]],
               short: Mapping[bool, tuple[Counts, Sequence[float]]] | None = None) -> Stored:
     """``stored`` after a run passed on ``learned`` (per policy, a calibration resting on enough outcomes:
-    blended in) and ``short`` (per policy, the (counts, bucket priors) of a run with too few: added to
-    what is pending; once that holds ``MIN_OBSERVATIONS`` outcomes, the calibration they say together,
+    blended in) and ``short`` (per policy, the (counts, bucket priors) of a run with too few, as
+    ``pending_of`` picks them: added to what is pending; once that holds ``MIN_OBSERVATIONS`` outcomes, the calibration they say together,
     fitted around the priors as given, is blended in and they are cleared)."""
     calibrations = blended(stored.calibrations, learned)
     pending = dict(stored.pending)
@@ -172,6 +172,13 @@ def passed_on(stored: Stored, learned: Mapping[bool, Sequence[float]],
         pending.pop(greedy, None)
         calibrations = blended(calibrations, {greedy: AcceptanceModel(priors).fit_counts(hits, outcomes)})
     return Stored(calibrations, pending)
+
+
+def pending_of(learned: Mapping[bool, object],
+               counts: Mapping[bool, tuple[Counts, Sequence[float]]]) -> dict[bool, tuple[Counts, Sequence[float]]]:
+    """Of a run's per-policy (counts, priors), those that go to pending: the policies that passed on no
+    calibration (not in ``learned``) and saw outcomes (SpeculativeDecoder._remember, the simulation)."""
+    return {greedy: entry for greedy, entry in counts.items() if greedy not in learned and sum(entry[0][1]) > 0}
 
 
 def remember(key: str | None, learned: Mapping[bool, Sequence[float]],

@@ -275,18 +275,18 @@ class SpeculativeDecoder:
                                       for greedy, kept in self._remembered.items()})
         for greedy, (_, outcomes) in keep.items():
             self._remembered[greedy] = outcomes
-        # A draft model's others leave the outcomes they saw since the last pass-on pending
-        # (calibrations.passed_on). (Counts past a slot's recency are scaled down: a decoder that lives
-        # long passes on a little less.)
+        # A draft model's outcomes since the last pass-on, which the store keeps pending where they taught
+        # no calibration (calibrations.passed_on). (Counts past a slot's recency are scaled down: a decoder
+        # that lives long passes on a little less.)
         short: dict[bool, tuple[_calibrations.Counts, Sequence[float]]] = {}
         for greedy, ((hits, outcomes), priors) in self.schedule.counts().items():
             then = self._passed.get(greedy, ([0.0] * len(hits), [0.0] * len(hits)))
             self._passed[greedy] = (hits, outcomes)
-            new = ([max(0.0, a - b) for a, b in zip(hits, then[0])], [max(0.0, a - b) for a, b in zip(outcomes, then[1])])
-            if greedy not in keep and sum(new[1]) > 0:
-                short[greedy] = (new, priors)
-                self._remembered[greedy] = self.schedule.models[greedy].outcomes
-        _calibrations.remember(self._calibration_key, {greedy: cal for greedy, (cal, _) in keep.items()}, short)
+            self._remembered[greedy] = self.schedule.models[greedy].outcomes
+            short[greedy] = ([max(0.0, a - b) for a, b in zip(hits, then[0])],
+                             [max(0.0, a - b) for a, b in zip(outcomes, then[1])]), priors
+        _calibrations.remember(self._calibration_key, {greedy: cal for greedy, (cal, _) in keep.items()},
+                               _calibrations.pending_of(keep, short))
 
     def _prefill(self, prefix: list[int]) -> None:
         """Fill the target's cache with ``prefix``, reusing whatever leading part it already holds."""

@@ -12,7 +12,7 @@ from typing import Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
-from .calibrations import Calibration, Counts, Stored, passed_on, worth_keeping
+from .calibrations import Calibration, Counts, Stored, passed_on, pending_of, worth_keeping
 from .decoder import SpeculativeDecoder
 from .drafters import AutoregressiveDrafter, PromptLookupDrafter
 from .drafters.autoregressive import _top_probability
@@ -277,6 +277,4 @@ def _kept(stored: Stored, run: SimulatedRun) -> Stored:
     """``stored`` after ``run`` remembered what it learned (the same rules as SpeculativeDecoder._remember
     and calibrations.remember)."""
     keep = worth_keeping(run.learned)
-    return passed_on(stored, {greedy: cal for greedy, (cal, _) in keep.items()},
-                     {greedy: counts for greedy, counts in run.counts.items()
-                      if greedy not in keep and sum(counts[0][1]) > 0})
+    return passed_on(stored, {greedy: cal for greedy, (cal, _) in keep.items()}, pending_of(keep, run.counts))
