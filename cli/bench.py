@@ -120,7 +120,7 @@ def bench(
     peer: Annotated[Optional[list[str]], typer.Option("--peer", help="Add another implementation: llama-cpp-python, llama.cpp (repeatable).")] = None,
     peer_bin: Annotated[Optional[Path], typer.Option("--peer-bin", help="llama.cpp's llama-speculative-simple (default: on PATH).")] = None,
     profile_cache: Annotated[bool, typer.Option("--profile-cache/--no-profile-cache", help="Read/write cost profiles and remembered drafter calibrations in the user cache (else every decoder measures and learns afresh).")] = True,
-    exact: Annotated[bool, typer.Option("--exact", help="Target in exact mode: fail unless batched passes are bit-identical to one-token passes (docs/exactness.md).")] = False,
+    exact: Annotated[bool, typer.Option("--exact", help="Target in exact mode: fail unless batched passes are bit-identical to one-token passes (docs/exactness.md); --peer llama.cpp runs with the same settings.")] = False,
     exact_warn: Annotated[bool, typer.Option("--exact-warn", help="Target in exact mode, only warn when it is not bit-invariant.")] = False,
     target_python: Annotated[Optional[Path], typer.Option("--target-python", help="Run the target in this interpreter (e.g. an exact llama.cpp build).")] = None,
     temp: TempOpt = None,
@@ -161,11 +161,13 @@ def bench(
         from specdec_gguf.peers import NGRAM_MODES, LlamaCppPeer, find_llama_speculative
 
         binary = find_llama_speculative(peer_bin)
+        exact_peer = bool(exact or exact_warn)  # (llama.cpp with our exact target's settings)
         if prompt_lookup:
-            llama_peers += [LlamaCppPeer(binary, model, mode, threads=threads, n_ctx=ctx_size) for mode in NGRAM_MODES]
+            llama_peers += [LlamaCppPeer(binary, model, mode, threads=threads, n_ctx=ctx_size, exact=exact_peer)
+                            for mode in NGRAM_MODES]
         if draft_model:
             llama_peers.append(LlamaCppPeer(binary, model, "draft-simple", draft=draft_model, threads=threads,
-                                            draft_max=adaptive_k or 8, n_ctx=ctx_size))
+                                            draft_max=adaptive_k or 8, n_ctx=ctx_size, exact=exact_peer))
     target = open_engine(EngineSettings(model=model, n_ctx=ctx_size, n_threads=threads, n_gpu_layers=n_gpu_layers,
                                         exact=exact_flag(exact, exact_warn) or False, python=target_python),
                          verbose=verbose)

@@ -62,6 +62,10 @@ class LlamaCppPeer:
     # (engines/llama_cpp/backends.extra_buffers_allowed: not where the build's AMX kernels may crash),
     # so both sides run the same kernels.
     repack: bool | None = None
+    # Run with exact mode's batch-invariant settings (flash attention, weight repacking and the tiled
+    # K-quant matmul off), as our exact target runs: the same kernels on both sides, and on a
+    # GGML_LLAMAFILE=OFF build the target's own greedy output on both.
+    exact: bool = False
 
     @property
     def name(self) -> str:
@@ -72,7 +76,9 @@ class LlamaCppPeer:
                "--temp", "0", "--top-k", "1", "--spec-type", self.spec_type, "--ignore-eos"]
         if self.draft is not None:  # n-gram modes keep llama.cpp's own tuned sizes
             cmd += ["-md", str(self.draft), "--spec-draft-n-max", str(self.draft_max)]
-        repack = self.repack
+        repack = False if self.exact else self.repack
+        if self.exact:
+            cmd += ["--flash-attn", "off"]
         if repack is None:
             from .engines.llama_cpp.backends import extra_buffers_allowed  # (llama_cpp loads for a peer only)
 
@@ -85,12 +91,22 @@ class LlamaCppPeer:
                 cmd += ["-td", str(self.threads)]
         return cmd
 
+    def environment(self) -> dict[str, str]:
+        """The peer's environment: ours, with the tiled K-quant matmul off in exact mode (llama.cpp reads it
+        from the environment only)."""
+        env = dict(os.environ)
+        if self.exact:
+            from .engines.llama_cpp.exactness import TILED_ENV  # (llama_cpp loads for a peer only)
+
+            env[TILED_ENV] = "0"
+        return env
+
     def run(self, prompt: str, max_tokens: int, timeout: float = 600.0) -> PeerRun:
         """Run once; a run that exits 0 without its timing line is run again, up to ``LOST_LOG_RETRIES`` times."""
         for attempt in range(LOST_LOG_RETRIES + 1):
             try:
                 done = subprocess.run(self.command(prompt, max_tokens), capture_output=True, text=True,
-                                      timeout=timeout, errors="replace")
+                                      timeout=timeout, errors="replace", env=self.environment())
             except (OSError, subprocess.TimeoutExpired) as err:
                 raise EngineError(f"{self.binary}: {err}") from None
             log = done.stdout + done.stderr

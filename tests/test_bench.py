@@ -326,3 +326,26 @@ def test_a_peer_that_never_prints_its_timing_line_fails_after_its_retries(tmp_pa
     with pytest.raises(EngineError, match="exit 0"):
         peer.run("x", 64)
     assert int(counter.read_text()) == LOST_LOG_RETRIES + 1
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_an_exact_peer_runs_with_our_exact_targets_settings(tmp_path, monkeypatch, exact):
+    """`specdec bench --exact` runs llama.cpp's peer with exact mode's batch-invariant settings (flash
+    attention, repacking and the tiled K-quant matmul off), so both sides run the same kernels; without
+    it the peer keeps llama.cpp's own settings (negative control)."""
+    from specdec_gguf.peers import LlamaCppPeer
+
+    monkeypatch.delenv("GGML_CPU_TILED_MM", raising=False)
+    seen = tmp_path / "seen"
+    script = tmp_path / "llama-speculative-simple"
+    script.write_text(f"""#!/bin/sh
+echo "$@" > {seen}; echo "tiled=${{GGML_CPU_TILED_MM:-unset}}" >> {seen}
+printf '{SPEED}' >&2
+""".replace("\n\n", "\n"))
+    script.chmod(0o755)
+    peer = LlamaCppPeer(script, tmp_path / "model.gguf", "ngram-simple", repack=True, exact=exact)
+    assert peer.run("x", 64).throughput == 128.0
+    args, tiled = seen.read_text().splitlines()
+    assert ("--flash-attn off" in args) is exact
+    assert ("--no-repack" in args.split()) is exact
+    assert tiled == ("tiled=0" if exact else "tiled=unset")
