@@ -39,12 +39,19 @@ def find_llama_speculative(binary: str | os.PathLike[str] | None = None) -> Path
 
 @dataclass(frozen=True)
 class PeerRun:
-    """One run of the peer: tokens it generated, its generation speed, drafted and accepted counts."""
+    """One run of the peer: tokens it generated, its generation speed, drafted and accepted counts, and
+    what it printed (the prompt, then the answer's text)."""
 
     tokens: int
     throughput: float
     drafted: int
     accepted: int
+    output: str = ""
+
+    def answer(self, prompt: str) -> str | None:
+        """The text printed after ``prompt`` (None: the prompt is not in the output)."""
+        at = self.output.find(prompt)
+        return None if at < 0 else self.output[at + len(prompt):]
 
 
 @dataclass(frozen=True)
@@ -118,4 +125,5 @@ class LlamaCppPeer:
                 raise EngineError(f"{self.name} failed (exit {done.returncode}): {tail}")
         drafted, accepted = _DRAFTED.search(log), _ACCEPT.search(log)
         return PeerRun(tokens=int(speed.group(1)), throughput=float(speed.group(3)),
-                       drafted=int(drafted.group(1)) if drafted else 0, accepted=int(accepted.group(1)) if accepted else 0)
+                       drafted=int(drafted.group(1)) if drafted else 0, accepted=int(accepted.group(1)) if accepted else 0,
+                       output=done.stdout)

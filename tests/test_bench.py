@@ -349,3 +349,45 @@ printf '{SPEED}' >&2
     assert ("--flash-attn off" in args) is exact
     assert ("--no-repack" in args.split()) is exact
     assert tiled == ("tiled=0" if exact else "tiled=unset")
+
+
+def test_a_peer_run_keeps_the_answer_it_printed_after_the_prompt(tmp_path):
+    """llama-speculative-simple prints the prompt, then the answer: ``PeerRun.answer`` is what follows the
+    prompt (what benchmarks/greedy_match.py compares with plain decoding's text); None when the prompt was
+    not printed (negative control)."""
+    from specdec_gguf.peers import LlamaCppPeer
+
+    script = tmp_path / "llama-speculative-simple"
+    script.write_text(f"""#!/bin/sh
+printf '\\n\\n<bos>Say hi.\\n\\nHi there!\\n\\n\\n\\n'
+printf '{SPEED}' >&2
+""")
+    script.chmod(0o755)
+    run = LlamaCppPeer(script, tmp_path / "model.gguf", "ngram-simple", repack=True).run("Say hi.", 64)
+    assert run.answer("Say hi.") == "\n\nHi there!\n\n\n\n"
+    assert run.answer("Say hi.").startswith("\n\nHi there!")
+    assert run.answer("Say bye.") is None
+
+
+def test_the_ngram_cache_replica_drafts_what_followed_and_stops_where_the_counts_disagree():
+    """benchmarks/ngram_cache_sim.py's replica of llama.cpp's ngram-cache: each drafted token is what most
+    often followed the longest n-gram before it, drafting goes on past the context's end (the drafted
+    tokens extend the n-grams), and stops where no n-gram's counts pass llama.cpp's thresholds (a
+    three-way fork: 33% < 50%). On a copy it beats plain decoding in the simulation and keeps the target's
+    output (the script asserts it)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from ngram_cache_sim import NgramCacheDrafter, ngram_cache_seconds
+    from specdec_gguf.simulation import simulate_run, synthetic_traces
+
+    drafter = NgramCacheDrafter()
+    drafter.start([5, 6, 7, 8, 9, 5, 6, 7])
+    assert drafter.propose(4).tokens == (8, 9, 5, 6)
+    drafter.start([1, 2, 3, 4, 1, 2, 3, 9, 1, 2, 3, 7, 1, 2, 3])
+    assert drafter.propose(4).tokens == ()
+    drafter.accept(0, [4])  # the fork resolved: (3, 4) was followed by 1 every time
+    assert drafter.propose(2).tokens == (1, 2)
+    copy = next(t for t in synthetic_traces() if t.id == "copy-rename")
+    assert ngram_cache_seconds(copy, "gemma-epyc", 128) < simulate_run(copy, "gemma-epyc", 128, 0).seconds
