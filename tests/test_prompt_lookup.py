@@ -332,3 +332,21 @@ def test_a_proposal_longer_than_the_bucket_table_has_a_bucket_for_every_token():
     proposal = drafter.propose(300, budget=schedule.budget(True))
     assert list(proposal.tokens) == source[40:340]
     assert len(proposal.buckets) == 300 and proposal.buckets[-1] == proposal.buckets[-2]
+
+
+def test_a_context_that_repeats_itself_is_copied_on_past_its_end():
+    """Small models loop: where the match covers a whole period up to the context's end, the copy goes on
+    into what it proposes, period after period (llama.cpp's ngram-cache drafts through loops the same way).
+    A match shorter than the stretch it would copy to the end is no loop: its proposal stops at the end."""
+    assert propose([1, 2, 3, 1, 2, 3], 7) == [1, 2, 3, 1, 2, 3, 1]
+    assert propose([5, 1, 2, 3, 1, 2, 3], 5) == [1, 2, 3, 1, 2]
+    assert propose([7, 1, 2, 3, 9, 9, 9, 9, 1, 2, 3], 10) == [9, 9, 9, 9, 1, 2, 3]
+    assert propose([1, 2, 3, 1, 2, 3], 7, follow_loops=False) == [1, 2, 3]
+
+
+def test_a_loop_copied_past_its_end_goes_on_without_a_search():
+    drafter = PromptLookupDrafter()
+    drafter.start([4, 5, 6, 4, 5, 6])
+    assert list(drafter.propose(5).tokens) == [4, 5, 6, 4, 5]
+    drafter.accept(5, [4, 5, 6, 4, 5, 6])  # all accepted, and the target's own token goes on too
+    assert list(drafter.propose(4).tokens) == [4, 5, 6, 4]

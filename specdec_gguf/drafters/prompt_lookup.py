@@ -190,6 +190,10 @@ class PromptLookupDrafter(DrafterBase):
     a config with lines removed), the copy resumes there as sure as it was, instead of waiting
     for a new match long enough to trust.
 
+    Small models loop: where the context repeats itself (the match covers a whole period, up to the
+    context's end), the copy goes on into what it proposes, period after period, as llama.cpp's
+    ngram-cache drafts through loops (``follow_loops=False``: a proposal stops at the context's end).
+
     ``memory_tokens`` > 0 also remembers earlier generations' contexts (prompt and output,
     the most recent ``memory_tokens`` tokens of them) and drafts from them when they match
     longer, as SuffixDecoding does: repeated edits and agent loops quote what was seen before.
@@ -198,7 +202,7 @@ class PromptLookupDrafter(DrafterBase):
     name = "prompt-lookup"
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_pred_tokens: int | None = None,
-                 memory_tokens: int = 0) -> None:
+                 memory_tokens: int = 0, follow_loops: bool = True) -> None:
         if not isinstance(min_ngram, int) or not 1 <= min_ngram <= MAX_NGRAM:
             raise ConfigError(f"min_ngram={min_ngram!r} must be an integer in [1, {MAX_NGRAM}]")
         if not isinstance(max_ngram, int) or not min_ngram <= max_ngram <= MAX_NGRAM:
@@ -210,6 +214,7 @@ class PromptLookupDrafter(DrafterBase):
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.num_pred_tokens = num_pred_tokens
         self.memory_tokens = memory_tokens
+        self.follow_loops = follow_loops
         self._ctx = _Index(min_ngram, max_ngram)
         self._memory = _Index(min_ngram, max_ngram, separated=True)
         self._docs: list[list[int]] = []  # remembered contexts, oldest first
@@ -263,6 +268,11 @@ class PromptLookupDrafter(DrafterBase):
             tokens = where.tokens[start:start + max_tokens]
             if where.separated and SEPARATOR in tokens:
                 tokens = tokens[:tokens.index(SEPARATOR)]
+            elif self.follow_loops and len(tokens) < max_tokens and start + len(tokens) == len(where.tokens) \
+                    and self._match >= len(tokens):
+                # The context repeats itself (the match covers a whole period, up to its end): the copy
+                # goes on into what it proposes, period after period.
+                tokens = (tokens * (max_tokens // len(tokens) + 1))[:max_tokens]
         if not tokens:
             return NO_PROPOSAL
         buckets = _buckets(self._match, len(tokens), self._full, self._ambiguous) if budget is not None else None
