@@ -16,17 +16,15 @@ otherwise idle machine.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import sys
 import tempfile
-from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec_gguf.benchmark import start_afresh  # noqa: E402
+from specdec_gguf.benchmark import Strategy, Trial, start_afresh, summarize  # noqa: E402
 from specdec_gguf.factory import make_decoder, open_engine  # noqa: E402
 from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
 from specdec_gguf.settings import DrafterSettings, EngineSettings  # noqa: E402
@@ -48,36 +46,30 @@ def main() -> None:
     target = open_engine(EngineSettings(model=args.model, n_ctx=2048, n_threads=args.threads, exact=args.exact))
     prompts = [(pid, target.tokenize(text)) for name in args.set.split(",") for pid, _, text in PROMPT_SETS[name]]
     make_decoder(target, DrafterSettings(kind="none")).generate(prompts[0][1], 32, ignore_eog=True)  # warm up
-    speed: defaultdict[tuple[str, str], list[float]] = defaultdict(list)
-    differs: set[tuple[str, str]] = set()
-    plain_answer: dict[str, list[int]] = {}
-    for _ in range(args.repeats):
+    strategies = [Strategy(arm, DrafterSettings(kind="none" if loops is None else "prompt-lookup"))
+                  for arm, loops in ARMS.items()]
+    trials = []
+    for rep in range(args.repeats):
         for pid, tokens in prompts:
-            for arm, loops in ARMS.items():
-                settings = DrafterSettings(kind="none" if loops is None else "prompt-lookup")
-                decoder = make_decoder(target, settings, remember=args.remember)
+            for strategy, loops in zip(strategies, ARMS.values()):
+                decoder = make_decoder(target, strategy.drafter, remember=args.remember)
                 if loops is not None:
                     decoder.drafter.follow_loops = loops  # type: ignore[union-attr]
                 start_afresh([target])
                 result = decoder.generate(tokens, args.n, ignore_eog=True)
-                speed[(pid, arm)].append(result.stats.generation_throughput)
-                if loops is None:
-                    plain_answer[pid] = result.tokens
-                elif result.tokens != plain_answer[pid]:
-                    differs.add((pid, arm))
-    ratios = []
+                trials.append(Trial(strategy.name, pid, rep, result.stats.generation_throughput, 0.0, 0.0, 0.0,
+                                    tuple(result.tokens)))
+    reports = {r.name: r for r in summarize(trials, strategies)}
+    stop, loops = reports["stop"], reports["loops"]
     for pid, _ in prompts:
-        median = {arm: statistics.median(speed[(pid, arm)]) for arm in ARMS}
-        ratio = {arm: median[arm] / median["plain"] for arm in ("stop", "loops")}
-        ratios.append(ratio)
-        print(f"{pid:<16} plain {median['plain']:6.1f} tok/s  "
-              + "  ".join(f"{arm} {ratio[arm]:.3f}x{' ≠' if (pid, arm) in differs else ''}" for arm in ratio)
-              + f"  loops/stop {ratio['loops'] / ratio['stop']:.3f}", flush=True)
-    mean = {arm: math.exp(sum(math.log(r[arm]) for r in ratios) / len(ratios)) for arm in ("stop", "loops")}
+        plain = statistics.median(t.throughput for t in trials if t.strategy == "plain" and t.prompt_id == pid)
+        print(f"{pid:<16} plain {plain:6.1f} tok/s  "
+              + "  ".join(f"{r.name} {r.per_prompt_speedup[pid]:.3f}x{'' if r.same_output[pid] else ' ≠'}"
+                          for r in (stop, loops))
+              + f"  loops/stop {loops.per_prompt_speedup[pid] / stop.per_prompt_speedup[pid]:.3f}", flush=True)
     print(f"t={args.threads} n={args.n} {args.set} remember={args.remember} exact={args.exact}: geomean stop "
-          f"{mean['stop']:.3f}x, loops {mean['loops']:.3f}x, loops/stop {mean['loops'] / mean['stop']:.3f}; worst "
-          f"stop {min(r['stop'] for r in ratios):.3f}x, loops {min(r['loops'] for r in ratios):.3f}x")
-
+          f"{stop.speedup:.3f}x, loops {loops.speedup:.3f}x, loops/stop {loops.speedup / stop.speedup:.3f}; worst "
+          f"stop {min(stop.per_prompt_speedup.values()):.3f}x, loops {min(loops.per_prompt_speedup.values()):.3f}x")
 
 if __name__ == "__main__":
     main()

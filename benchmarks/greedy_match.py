@@ -54,8 +54,9 @@ def identity(target, draft, n: int, peers: list[LlamaCppPeer] = ()) -> tuple[int
         prompt = target.tokenize(text)
         plain = SpeculativeDecoder(target).generate(prompt, n, ignore_eog=True).tokens
         row = []
+        plain_text = target.detokenize(plain) if peers else ""
         for peer in peers:
-            same, mark = peer_verdict(peer, text, target.detokenize(plain), n)
+            same, mark = peer_verdict(peer, text, plain_text, n)
             peers_same += same
             peers_run += 1
             row.append(f"{peer.name}: {mark}")

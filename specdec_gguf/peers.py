@@ -125,5 +125,5 @@ class LlamaCppPeer:
                 raise EngineError(f"{self.name} failed (exit {done.returncode}): {tail}")
         drafted, accepted = _DRAFTED.search(log), _ACCEPT.search(log)
         return PeerRun(tokens=int(speed.group(1)), throughput=float(speed.group(3)),
-                       drafted=int(drafted.group(1)) if drafted else 0, accepted=int(accepted.group(1)) if accepted else 0,
-                       output=done.stdout)
+                       drafted=int(drafted.group(1)) if drafted else 0,
+                       accepted=int(accepted.group(1)) if accepted else 0, output=done.stdout)

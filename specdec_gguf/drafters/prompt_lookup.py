@@ -268,10 +268,11 @@ class PromptLookupDrafter(DrafterBase):
             tokens = where.tokens[start:start + max_tokens]
             if where.separated and SEPARATOR in tokens:
                 tokens = tokens[:tokens.index(SEPARATOR)]
-            elif self.follow_loops and len(tokens) < max_tokens and start + len(tokens) == len(where.tokens) \
-                    and self._match >= len(tokens):
+            elif self.follow_loops and where is self._ctx and len(tokens) < max_tokens \
+                    and start + len(tokens) == len(where.tokens) and self._match >= len(tokens):
                 # The context repeats itself (the match covers a whole period, up to its end): the copy
-                # goes on into what it proposes, period after period.
+                # goes on into what it proposes, period after period. (The memory is no loop of this
+                # context: its documents end with a SEPARATOR, so its proposals never reach its end.)
                 tokens = (tokens * (max_tokens // len(tokens) + 1))[:max_tokens]
         if not tokens:
             return NO_PROPOSAL
