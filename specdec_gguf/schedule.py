@@ -191,6 +191,12 @@ class DraftBudget:
         sure: a drafter may skip searching for such tokens (prompt lookup skips short matches)."""
         return self._schedule.min_confidence()
 
+    @property
+    def step_seconds(self) -> float | None:
+        """What a plain step (the target's one-token pass) costs now, in seconds (None: not known yet): a
+        drafter may spend more on its search where steps are long."""
+        return self._schedule.verify_cost(1)
+
     def keep_drafting(self, drafted: int, reach: float, confidence: float) -> bool:
         """With ``drafted`` tokens so far, all accepted with chance ``reach``, and the last one's
         ``confidence`` as the guess for the next: can drafting more tokens pay?"""

@@ -206,6 +206,7 @@ class _StrictBudget:
     """A schedule that trusts only the longest matches (a steep CPU curve): short matches aren't searched."""
 
     min_confidence = 0.99
+    step_seconds = 1e-4  # (a small model's plain step: a search for every match would cost too much beside it)
 
     def confidence(self, bucket: int, position: int = 0) -> float:
         return 0.5
@@ -241,6 +242,44 @@ def test_only_a_long_copy_resumes_and_only_just_past_where_it_left():
     before the point it left (it went back, not on)."""
     assert _leave_and_write(10, S[20:30]) == [()] * 10
     assert _leave_and_write(20, S[2:12]) == [()] * 10
+
+
+class _LongStepsBudget(_StrictBudget):
+    """The same trust, on a model whose plain step takes 20 ms (Gemma 3 270M on a CPU core)."""
+
+    step_seconds = 0.02
+
+
+def _short_match_rounds(budget: _StrictBudget, **options) -> list[tuple[int, ...]]:
+    """A prompt ending in S's first 3 tokens (a short match of S), then the output copies S on: the proposal
+    made before each of 7 plain steps."""
+    drafter = PromptLookupDrafter(**options)
+    drafter.start(S + list(range(300, 310)) + S[:3])
+    proposals = []
+    for token in S[3:10]:
+        proposals.append(drafter.propose(8, budget=budget).tokens)
+        drafter.accept(0, [token])  # (declined: a plain step, which wrote the source's next token)
+    return proposals
+
+
+def test_where_steps_are_long_short_matches_are_searched_for_too():
+    """A 3-token match can't be verified under a budget that trusts only the longest matches, but on a
+    model whose plain step takes 2 ms or more a search is cheap beside the step: the match is proposed
+    anyway (declined, it shows whether the output copies it) and followed round by round. Fails if only
+    matches that could be verified were searched for there (nothing proposed before the match is 23
+    tokens long); also if short matches were searched for on a small model's short steps or with
+    ``short_matches_from=None`` (negative controls)."""
+    proposals = _short_match_rounds(_LongStepsBudget())
+    assert proposals[0] == tuple(S[3:11]) and proposals[-1] == tuple(S[9:17])
+    assert _short_match_rounds(_StrictBudget()) == [()] * 7
+    assert _short_match_rounds(_LongStepsBudget(), short_matches_from=None) == [()] * 7
+    assert _short_match_rounds(_LongStepsBudget(), short_matches_from=0.05) == [()] * 7  # (20 ms < 50 ms)
+
+
+@pytest.mark.parametrize("bad", [-1e-3, float("inf"), float("nan"), "2ms"])
+def test_short_matches_from_must_be_seconds(bad):
+    with pytest.raises(ConfigError, match="short_matches_from"):
+        PromptLookupDrafter(short_matches_from=bad)
 
 
 class _LongishBudget(_StrictBudget):

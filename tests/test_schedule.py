@@ -1032,3 +1032,41 @@ def test_the_simulated_schedule_knows_only_what_calibration_measures():
     assert 17 in curve_profile("gemma-epyc").seconds
     assert sorted(handed[0].seconds) == sorted(CALIBRATION_SIZES)
     assert handed[0].cost(9) == curve_profile("gemma-epyc").cost(9)
+
+
+def test_a_budget_tells_a_drafter_what_a_plain_step_costs():
+    """DraftBudget.step_seconds is the schedule's estimate of a one-token pass: the profile's T(1) from the
+    start, None without a profile until a plain step was timed. Fails if it were another size's cost or
+    a made-up value before anything was measured."""
+    from specdec_gguf.drafters import PromptLookupDrafter
+
+    priors = {g: PromptLookupDrafter().acceptance_priors(g) for g in (True, False)}
+    profiled = AdaptiveSchedule(16, target_costs=CostProfile({1: 0.02, 2: 0.03, 3: 0.05}), free_drafter=True,
+                                priors=priors)
+    profiled.start(10)
+    assert profiled.budget(True).step_seconds == pytest.approx(profiled.verify_cost(1)) == pytest.approx(0.02)
+    unprofiled = AdaptiveSchedule(16, free_drafter=True, priors=priors)
+    unprofiled.start(10)
+    assert unprofiled.budget(True).step_seconds is None
+    unprofiled.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 0.004)
+    assert unprofiled.budget(True).step_seconds == pytest.approx(0.004)
+
+
+@pytest.mark.parametrize("trace_id", ["copy-edit-0.01", "copy-rename"])
+def test_on_long_steps_a_copy_is_followed_from_its_first_tokens(trace_id, monkeypatch):
+    """On a steep CPU curve whose plain steps take 18 ms, prompt lookup also searches for matches too short
+    to verify: a copy that starts with the answer is followed (declined proposals whose tokens the steps
+    confirm) and verified as soon as it is believed, not ~20 rounds later once its match is 23 tokens long:
+    a 64-token answer runs >= 5% faster than with ``short_matches_from=None``. On the tiny F32 curve (0.24
+    ms steps) nothing changes (negative control: the same simulated seconds)."""
+    from specdec_gguf import simulation
+    from specdec_gguf.drafters import PromptLookupDrafter
+
+    trace = next(t for t in TRACES if t.id == trace_id)
+
+    def seconds(curve: str, **options) -> float:
+        monkeypatch.setattr(simulation, "PromptLookupDrafter", functools.partial(PromptLookupDrafter, **options))
+        return simulate_run(trace, curve, 64, None).seconds
+
+    assert seconds("gemma-epyc-1t") < 0.95 * seconds("gemma-epyc-1t", short_matches_from=None)
+    assert seconds("tiny-f32") == seconds("tiny-f32", short_matches_from=None)

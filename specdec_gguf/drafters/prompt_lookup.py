@@ -23,6 +23,10 @@ MIN_EDIT_RUN = 8  # tokens of its source the output followed right before an edi
 RESUME_RUN = 5  # tokens of its source the output writes again, past where it left it, for the copy to go on
 RESUME_AHEAD = 64  # tokens: how far past where the output left its source it may come back (a dropped span)
 MIN_RESUME_COPY = 16  # a copy is resumed only after it ran this long (a match of this many tokens)
+# A plain step at least this long (seconds): matches too short to be verified are searched for too (a
+# search for every length costs 5-50 us in CPython, at most 2.5% of such a step). Their proposals, declined,
+# show round by round whether the output copies them, and a copy is followed from its first tokens.
+SHORT_MATCHES_FROM = 2e-3
 
 # Confidence buckets: a drafted token's effective match length m (the matched tail length plus
 # the tokens before it in the proposal: if those are accepted the match grows by them), whether
@@ -202,7 +206,8 @@ class PromptLookupDrafter(DrafterBase):
     name = "prompt-lookup"
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_pred_tokens: int | None = None,
-                 memory_tokens: int = 0, follow_loops: bool = True) -> None:
+                 memory_tokens: int = 0, follow_loops: bool = True,
+                 short_matches_from: float | None = SHORT_MATCHES_FROM) -> None:
         if not isinstance(min_ngram, int) or not 1 <= min_ngram <= MAX_NGRAM:
             raise ConfigError(f"min_ngram={min_ngram!r} must be an integer in [1, {MAX_NGRAM}]")
         if not isinstance(max_ngram, int) or not min_ngram <= max_ngram <= MAX_NGRAM:
@@ -211,10 +216,14 @@ class PromptLookupDrafter(DrafterBase):
             raise ConfigError(f"num_pred_tokens={num_pred_tokens!r} must be an integer >= 1 or None")
         if not isinstance(memory_tokens, int) or memory_tokens < 0:
             raise ConfigError(f"memory_tokens={memory_tokens!r} must be an integer >= 0")
+        if short_matches_from is not None and not (isinstance(short_matches_from, (int, float))
+                                                   and 0.0 <= short_matches_from < float("inf")):
+            raise ConfigError(f"short_matches_from={short_matches_from!r} must be seconds >= 0 (finite) or None")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.num_pred_tokens = num_pred_tokens
         self.memory_tokens = memory_tokens
         self.follow_loops = follow_loops
+        self.short_matches_from = short_matches_from
         self._ctx = _Index(min_ngram, max_ngram)
         self._memory = _Index(min_ngram, max_ngram, separated=True)
         self._docs: list[list[int]] = []  # remembered contexts, oldest first
@@ -360,17 +369,25 @@ class PromptLookupDrafter(DrafterBase):
         return False
 
     def _shortest_useful(self, budget: DraftBudget | None) -> int:
-        """The shortest match whose first token could be verified: shorter ones aren't searched for.
+        """The shortest match to search for: where a plain step takes ``short_matches_from`` seconds or
+        more, every match; else the shortest whose first token could be verified.
 
-        On open text most lookups find only short matches that never pay on a CPU; skipping
-        them keeps a round's cost near a plain round's. Recomputed every few rounds (the
-        calibration moves slowly).
+        On open text most lookups find only short matches that never pay on a CPU; on a small model
+        skipping them keeps a round's cost near a plain round's. On a larger one a search is cheap
+        beside a step, and a short match's declined proposals show whether the output goes on copying
+        it: a copy that starts with the answer is followed from its first tokens, not from when its
+        match grew long enough to trust (20-odd rounds: a third of a 64-token answer). Recomputed every
+        few rounds (the calibration and the costs move slowly).
         """
         if budget is None:
             return self.min_ngram
         self._shortest_age += 1
         if self._shortest_age >= 8 or self._shortest_full != self._full:
             self._shortest_age, self._shortest_full = 0, self._full
+            step = budget.step_seconds
+            if self.short_matches_from is not None and step is not None and step >= self.short_matches_from:
+                self._shortest = self.min_ngram  # (searching costs little beside such a step: see SHORT_MATCHES_FROM)
+                return self._shortest
             needed, flags = budget.min_confidence, 2 * self._full
             # The longest matches are always looked for: if none may be verified yet, their
             # proposals still show (declined) whether they were right, which is how the

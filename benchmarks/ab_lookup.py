@@ -1,0 +1,114 @@
+"""Adaptive prompt lookup as shipped against variants of its drafter's settings, side by side.
+
+Usage:
+  python benchmarks/ab_lookup.py MODEL.gguf --arm NAME:attribute=value[,...] [--arm ...] [-t 2] [-n 128]
+                                 [--set default,short] [--repeats 3] [--remember] [--exact]
+
+  e.g. --arm stop:follow_loops=False          (proposals stop at the context's end)
+       --arm long-only:short_matches_from=None (short matches are searched for only where they could be verified)
+
+Arms, interleaved per prompt and repeat as `specdec bench` interleaves its strategies: plain decoding,
+each ``--arm`` (adaptive prompt lookup with those ``PromptLookupDrafter`` attributes set, values as Python
+literals), and the shipped drafter last. A fresh decoder per trial whose engine prefills the prompt (as
+`specdec run` starts), in one temporary user cache: cost profiles are shared, remembered calibrations only
+with ``--remember`` (else every run is a first run). Prints per prompt each arm's median throughput over
+plain's (≠: an answer that is not plain decoding's), shipped over the first arm, and the geomeans.
+``--exact`` loads the target in exact mode (a GGML_LLAMAFILE=OFF build: docs/exactness.md). Run it on an
+otherwise idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from specdec_gguf.benchmark import Strategy, Trial, start_afresh, summarize  # noqa: E402
+from specdec_gguf.drafters import PromptLookupDrafter  # noqa: E402
+from specdec_gguf.factory import make_decoder, open_engine  # noqa: E402
+from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
+from specdec_gguf.settings import DrafterSettings, EngineSettings  # noqa: E402
+
+SHIPPED = "shipped"
+
+
+def parse_arm(text: str) -> tuple[str, dict[str, Any]]:
+    """``NAME:attribute=value,...`` -> (name, {attribute: value}); values are Python literals."""
+    name, _, rest = text.partition(":")
+    if not name or name in ("plain", SHIPPED):
+        raise SystemExit(f"--arm {text!r}: give the arm a name other than plain or {SHIPPED}")
+    settings: dict[str, Any] = {}
+    probe = PromptLookupDrafter()
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        if not hasattr(probe, key):
+            raise SystemExit(f"--arm {text!r}: PromptLookupDrafter has no attribute {key!r}")
+        try:
+            settings[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            raise SystemExit(f"--arm {text!r}: {value!r} is not a Python literal") from None
+    return name, settings
+
+
+def run(model: Path, arms: dict[str, dict[str, Any]], *, threads: int, n: int, sets: str, repeats: int,
+        remember: bool, exact: bool) -> None:
+    """Time plain decoding, each arm and the shipped drafter on the prompts of ``sets``, and print the ratios."""
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="specdec-ab-lookup-")
+    target = open_engine(EngineSettings(model=model, n_ctx=2048, n_threads=threads, exact=exact))
+    prompts = [(pid, target.tokenize(text)) for name in sets.split(",") for pid, _, text in PROMPT_SETS[name]]
+    make_decoder(target, DrafterSettings(kind="none")).generate(prompts[0][1], 32, ignore_eog=True)  # warm up
+    settings: dict[str, dict[str, Any] | None] = {"plain": None, **arms, SHIPPED: {}}
+    strategies = [Strategy(arm, DrafterSettings(kind="none" if s is None else "prompt-lookup"))
+                  for arm, s in settings.items()]
+    trials = []
+    for rep in range(repeats):
+        for pid, tokens in prompts:
+            for strategy, arm in zip(strategies, settings.values()):
+                decoder = make_decoder(target, strategy.drafter, remember=remember)
+                for key, value in (arm or {}).items():
+                    setattr(decoder.drafter, key, value)
+                start_afresh([target])
+                result = decoder.generate(tokens, n, ignore_eog=True)
+                trials.append(Trial(strategy.name, pid, rep, result.stats.generation_throughput, 0.0, 0.0, 0.0,
+                                    tuple(result.tokens)))
+    reports = [r for r in summarize(trials, strategies) if r.name != "plain"]
+    first, shipped = reports[0], reports[-1]
+    for pid, _ in prompts:
+        plain = statistics.median(t.throughput for t in trials if t.strategy == "plain" and t.prompt_id == pid)
+        print(f"{pid:<16} plain {plain:6.1f} tok/s  "
+              + "  ".join(f"{r.name} {r.per_prompt_speedup[pid]:.3f}x{'' if r.same_output[pid] else ' ≠'}"
+                          for r in reports)
+              + f"  {SHIPPED}/{first.name} {shipped.per_prompt_speedup[pid] / first.per_prompt_speedup[pid]:.3f}",
+              flush=True)
+    print(f"t={threads} n={n} {sets} remember={remember} exact={exact}: geomean "
+          + ", ".join(f"{r.name} {r.speedup:.3f}x" for r in reports)
+          + f", {SHIPPED}/{first.name} {shipped.speedup / first.speedup:.3f}; worst "
+          + ", ".join(f"{r.name} {min(r.per_prompt_speedup.values()):.3f}x" for r in reports))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("model", type=Path)
+    parser.add_argument("--arm", action="append", default=[], required=True,
+                        help="NAME:attribute=value,... (repeatable; the first is what the shipped one is compared with)")
+    parser.add_argument("-t", "--threads", type=int, default=2)
+    parser.add_argument("-n", type=int, default=128)
+    parser.add_argument("--set", default="default,short", help="built-in prompt sets, comma-separated")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--remember", action="store_true", help="runs read and write remembered calibrations")
+    parser.add_argument("--exact", action="store_true", help="the target in exact mode")
+    args = parser.parse_args()
+    arms = dict(parse_arm(text) for text in args.arm)
+    run(args.model, arms, threads=args.threads, n=args.n, sets=args.set, repeats=args.repeats,
+        remember=args.remember, exact=args.exact)
+
+
+if __name__ == "__main__":
+    main()
