@@ -2,7 +2,7 @@
 
 Usage:
   python benchmarks/ab_lookup.py MODEL.gguf --arm NAME:attribute=value[,...] [--arm ...] [-t 2] [-n 128]
-                                 [--set default,short] [--repeats 3] [--remember] [--exact]
+                                 [--set default,short] [--only ID,...] [--repeats 3] [--remember] [--exact]
 
   e.g. --arm stop:follow_loops=False          (proposals stop at the context's end)
        --arm long-only:short_matches_from=None (short matches are searched for only where they could be verified)
@@ -58,11 +58,14 @@ def parse_arm(text: str) -> tuple[str, dict[str, Any]]:
 
 
 def run(model: Path, arms: dict[str, dict[str, Any]], *, threads: int, n: int, sets: str, repeats: int,
-        remember: bool, exact: bool) -> None:
+        remember: bool, exact: bool, only: str | None = None) -> None:
     """Time plain decoding, each arm and the shipped drafter on the prompts of ``sets``, and print the ratios."""
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="specdec-ab-lookup-")
     target = open_engine(EngineSettings(model=model, n_ctx=2048, n_threads=threads, exact=exact))
-    prompts = [(pid, target.tokenize(text)) for name in sets.split(",") for pid, _, text in PROMPT_SETS[name]]
+    prompts = [(pid, target.tokenize(text)) for name in sets.split(",") for pid, _, text in PROMPT_SETS[name]
+               if only is None or pid in only.split(",")]
+    if not prompts:
+        raise SystemExit(f"no prompt of {sets} is in --only {only}")
     make_decoder(target, DrafterSettings(kind="none")).generate(prompts[0][1], 32, ignore_eog=True)  # warm up
     settings: dict[str, dict[str, Any] | None] = {"plain": None, **arms, SHIPPED: {}}
     strategies = [Strategy(arm, DrafterSettings(kind="none" if s is None else "prompt-lookup"))
@@ -101,13 +104,14 @@ def main() -> None:
     parser.add_argument("-t", "--threads", type=int, default=2)
     parser.add_argument("-n", type=int, default=128)
     parser.add_argument("--set", default="default,short", help="built-in prompt sets, comma-separated")
+    parser.add_argument("--only", help="prompt ids to run (comma-separated; default: every prompt of the sets)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--remember", action="store_true", help="runs read and write remembered calibrations")
     parser.add_argument("--exact", action="store_true", help="the target in exact mode")
     args = parser.parse_args()
     arms = dict(parse_arm(text) for text in args.arm)
     run(args.model, arms, threads=args.threads, n=args.n, sets=args.set, repeats=args.repeats,
-        remember=args.remember, exact=args.exact)
+        remember=args.remember, exact=args.exact, only=args.only)
 
 
 if __name__ == "__main__":

@@ -391,3 +391,22 @@ def test_the_ngram_cache_replica_drafts_what_followed_and_stops_where_the_counts
     assert drafter.propose(2).tokens == (1, 2)
     copy = next(t for t in synthetic_traces() if t.id == "copy-rename")
     assert ngram_cache_seconds(copy, "gemma-epyc", 128) < simulate_run(copy, "gemma-epyc", 128, 0).seconds
+
+
+def test_ab_lookup_arms_set_the_drafters_attributes_named():
+    """benchmarks/ab_lookup.py's ``--arm NAME:attribute=value,...``: values are Python literals, set on the
+    arm's PromptLookupDrafter; an attribute the drafter has not, a value that is no literal, or a reserved
+    arm name stops the script before anything runs (a misspelt arm would otherwise time the shipped drafter
+    twice)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from ab_lookup import parse_arm
+
+    assert parse_arm("long-only:short_matches_from=None") == ("long-only", {"short_matches_from": None})
+    assert parse_arm("both:follow_loops=False,short_matches_from=0.005") == (
+        "both", {"follow_loops": False, "short_matches_from": 0.005})
+    for bad in ("x:short_matches=None", "x:follow_loops=maybe", "plain:follow_loops=False", ":follow_loops=False"):
+        with pytest.raises(SystemExit):
+            parse_arm(bad)
