@@ -3,6 +3,7 @@
 Usage:
   python benchmarks/ab_lookup.py MODEL.gguf --arm NAME:attribute=value[,...] [--arm ...] [-t 2] [-n 128]
                                  [--set default,short] [--only ID,...] [--repeats 3] [--remember] [--exact]
+                                 [--temp 0.8]
 
   e.g. --arm stop:follow_loops=False          (proposals stop at the context's end)
        --arm long-only:short_matches_from=None (short matches are searched for only where they could be verified)
@@ -13,7 +14,8 @@ literals), and the shipped drafter last. A fresh decoder per trial whose engine 
 `specdec run` starts), in one temporary user cache: cost profiles are shared, remembered calibrations only
 with ``--remember`` (else every run is a first run). Prints per prompt each arm's median throughput over
 plain's (≠: an answer that is not plain decoding's), shipped over the first arm, and the geomeans.
-``--exact`` loads the target in exact mode (a GGML_LLAMAFILE=OFF build: docs/exactness.md). Run it on an
+``--temp``: every arm samples at that temperature (fresh draws per trial; plain decoding's answer is then no
+reference, so no ≠ marks). ``--exact`` loads the target in exact mode (a GGML_LLAMAFILE=OFF build: docs/exactness.md). Run it on an
 otherwise idle machine.
 """
 
@@ -34,6 +36,7 @@ from specdec_gguf.benchmark import Strategy, Trial, start_afresh, summarize  # n
 from specdec_gguf.drafters import PromptLookupDrafter  # noqa: E402
 from specdec_gguf.factory import make_decoder, open_engine  # noqa: E402
 from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
+from specdec_gguf.sampling import SamplingParams  # noqa: E402
 from specdec_gguf.settings import DrafterSettings, EngineSettings  # noqa: E402
 
 SHIPPED = "shipped"
@@ -58,7 +61,7 @@ def parse_arm(text: str) -> tuple[str, dict[str, Any]]:
 
 
 def run(model: Path, arms: dict[str, dict[str, Any]], *, threads: int, n: int, sets: str, repeats: int,
-        remember: bool, exact: bool, only: str | None = None) -> None:
+        remember: bool, exact: bool, only: str | None = None, temperature: float = 0.0) -> None:
     """Time plain decoding, each arm and the shipped drafter on the prompts of ``sets``, and print the ratios."""
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="specdec-ab-lookup-")
     target = open_engine(EngineSettings(model=model, n_ctx=2048, n_threads=threads, exact=exact))
@@ -70,6 +73,7 @@ def run(model: Path, arms: dict[str, dict[str, Any]], *, threads: int, n: int, s
     settings: dict[str, dict[str, Any] | None] = {"plain": None, **arms, SHIPPED: {}}
     strategies = [Strategy(arm, DrafterSettings(kind="none" if s is None else "prompt-lookup"))
                   for arm, s in settings.items()]
+    sampling = SamplingParams(temperature=temperature)
     trials = []
     for rep in range(repeats):
         for pid, tokens in prompts:
@@ -78,19 +82,19 @@ def run(model: Path, arms: dict[str, dict[str, Any]], *, threads: int, n: int, s
                 for key, value in (arm or {}).items():
                     setattr(decoder.drafter, key, value)
                 start_afresh([target])
-                result = decoder.generate(tokens, n, ignore_eog=True)
+                result = decoder.generate(tokens, n, sampling, ignore_eog=True)
                 trials.append(Trial(strategy.name, pid, rep, result.stats.generation_throughput, 0.0, 0.0, 0.0,
                                     tuple(result.tokens)))
-    reports = [r for r in summarize(trials, strategies) if r.name != "plain"]
+    reports = [r for r in summarize(trials, strategies, greedy=sampling.greedy) if r.name != "plain"]
     first, shipped = reports[0], reports[-1]
     for pid, _ in prompts:
         plain = statistics.median(t.throughput for t in trials if t.strategy == "plain" and t.prompt_id == pid)
         print(f"{pid:<16} plain {plain:6.1f} tok/s  "
-              + "  ".join(f"{r.name} {r.per_prompt_speedup[pid]:.3f}x{'' if r.same_output[pid] else ' ≠'}"
+              + "  ".join(f"{r.name} {r.per_prompt_speedup[pid]:.3f}x{'' if r.same_output.get(pid, True) else ' ≠'}"
                           for r in reports)
               + f"  {SHIPPED}/{first.name} {shipped.per_prompt_speedup[pid] / first.per_prompt_speedup[pid]:.3f}",
               flush=True)
-    print(f"t={threads} n={n} {sets} remember={remember} exact={exact}: geomean "
+    print(f"t={threads} n={n} {sets} remember={remember} exact={exact} temp={temperature}: geomean "
           + ", ".join(f"{r.name} {r.speedup:.3f}x" for r in reports)
           + f", {SHIPPED}/{first.name} {shipped.speedup / first.speedup:.3f}; worst "
           + ", ".join(f"{r.name} {min(r.per_prompt_speedup.values()):.3f}x" for r in reports))
@@ -108,10 +112,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--remember", action="store_true", help="runs read and write remembered calibrations")
     parser.add_argument("--exact", action="store_true", help="the target in exact mode")
+    parser.add_argument("--temp", type=float, default=0.0, help="sample at this temperature (0: greedy)")
     args = parser.parse_args()
     arms = dict(parse_arm(text) for text in args.arm)
     run(args.model, arms, threads=args.threads, n=args.n, sets=args.set, repeats=args.repeats,
-        remember=args.remember, exact=args.exact, only=args.only)
+        remember=args.remember, exact=args.exact, only=args.only, temperature=args.temp)
 
 
 if __name__ == "__main__":
