@@ -276,7 +276,7 @@ def test_where_steps_are_long_short_matches_are_searched_for_too():
     assert _short_match_rounds(_LongStepsBudget(), short_matches_from=0.05) == [()] * 7  # (20 ms < 50 ms)
 
 
-@pytest.mark.parametrize("bad", [-1e-3, float("inf"), float("nan"), "2ms"])
+@pytest.mark.parametrize("bad", [-1e-3, float("inf"), float("nan"), "2ms", True])
 def test_short_matches_from_must_be_seconds(bad):
     with pytest.raises(ConfigError, match="short_matches_from"):
         PromptLookupDrafter(short_matches_from=bad)

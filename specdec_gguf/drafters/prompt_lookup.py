@@ -198,6 +198,10 @@ class PromptLookupDrafter(DrafterBase):
     context's end), the copy goes on into what it proposes, period after period, as llama.cpp's
     ngram-cache drafts through loops (``follow_loops=False``: a proposal stops at the context's end).
 
+    Only matches long enough that their first token could be verified are searched for, unless the
+    target's plain step takes ``short_matches_from`` seconds or more (2 ms; None: never): then a search,
+    cheap beside the step, looks for every match, and a copy is followed from its first tokens.
+
     ``memory_tokens`` > 0 also remembers earlier generations' contexts (prompt and output,
     the most recent ``memory_tokens`` tokens of them) and drafts from them when they match
     longer, as SuffixDecoding does: repeated edits and agent loops quote what was seen before.
@@ -217,6 +221,7 @@ class PromptLookupDrafter(DrafterBase):
         if not isinstance(memory_tokens, int) or memory_tokens < 0:
             raise ConfigError(f"memory_tokens={memory_tokens!r} must be an integer >= 0")
         if short_matches_from is not None and not (isinstance(short_matches_from, (int, float))
+                                                   and not isinstance(short_matches_from, bool)
                                                    and 0.0 <= short_matches_from < float("inf")):
             raise ConfigError(f"short_matches_from={short_matches_from!r} must be seconds >= 0 (finite) or None")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
