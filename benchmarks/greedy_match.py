@@ -1,12 +1,12 @@
 """How often greedy speculative output equals plain greedy output, in default and in exact mode.
 
-    python benchmarks/greedy_match.py --model MODEL.gguf [--draft DRAFT.gguf] [-n 128]
-        [--mode default|exact|both] [--python PY] [--peer-bin llama-speculative-simple]
+    python benchmarks/greedy_match.py --model MODEL.gguf [--draft DRAFT.gguf] [-n 128] [--k 1,2,4,8,16]
+        [--set default] [--mode default|exact|both] [--python PY] [--peer-bin llama-speculative-simple]
 
 The default llama.cpp build computes a pass over several tokens with other kernels
 than a one-token pass, so the logits differ in the last bits and near-ties can flip.
-For each built-in prompt and drafter setting (prompt lookup and, with --draft, the
-draft model; fixed k 1-16 and adaptive) this prints whether the speculative output is
+For each built-in prompt (``--set``: the sets named, comma-separated) and drafter setting
+(prompt lookup and, with --draft, the draft model; each fixed ``--k`` and adaptive) this prints whether the speculative output is
 identical to plain decoding's and how many leading tokens agree. Exact mode loads the
 target with exact mode's settings and prints the self-test's verdict first
 (docs/exactness.md); ``--python`` runs that target in another interpreter, e.g. a venv
@@ -27,10 +27,9 @@ from specdec_gguf.drafters import AutoregressiveDrafter, PromptLookupDrafter
 from specdec_gguf.engine import common_prefix_length
 from specdec_gguf.factory import open_engine
 from specdec_gguf.peers import NGRAM_MODES, LlamaCppPeer
-from specdec_gguf.prompts import BENCH_PROMPTS
+from specdec_gguf.prompts import BENCH_PROMPTS, PROMPT_SETS
 from specdec_gguf.settings import EngineSettings
 
-KS = (1, 2, 4, 8, 16)
 
 
 def peer_verdict(peer: LlamaCppPeer, text: str, plain: str, n: int) -> tuple[bool, str]:
@@ -43,14 +42,15 @@ def peer_verdict(peer: LlamaCppPeer, text: str, plain: str, n: int) -> tuple[boo
     return False, f"differs after {len(os.path.commonprefix([answer, plain]))} chars"
 
 
-def identity(target, draft, n: int, peers: list[LlamaCppPeer] = ()) -> tuple[int, int, int, int, int]:
+def identity(target, draft, n: int, peers: list[LlamaCppPeer] = (), ks: tuple[int, ...] = (1, 2, 4, 8, 16),
+             prompts: list[tuple[str, str, str]] = BENCH_PROMPTS) -> tuple[int, int, int, int, int]:
     """Print one line per prompt; return (identical runs, runs, agreeing tokens, identical peer answers,
     peer answers)."""
-    settings = [("lookup", k, False) for k in KS] + [("lookup", 16, True)]
+    settings = [("lookup", k, False) for k in ks] + [("lookup", max(ks), True)]
     if draft:
-        settings += [("draft", k, False) for k in KS] + [("draft", 8, True)]
+        settings += [("draft", k, False) for k in ks] + [("draft", 8, True)]
     identical = total = agreed = peers_same = peers_run = 0
-    for pid, _, text in BENCH_PROMPTS:
+    for pid, _, text in prompts:
         prompt = target.tokenize(text)
         plain = SpeculativeDecoder(target).generate(prompt, n, ignore_eog=True).tokens
         row = []
@@ -82,7 +82,12 @@ def main() -> None:
     parser.add_argument("--python", help="Run the exact-mode target in this interpreter (another llama.cpp build).")
     parser.add_argument("--peer-bin", help="llama.cpp's llama-speculative-simple: compare its n-gram modes' answers too.")
     parser.add_argument("-t", "--threads", type=int, help="Threads for the target and the peers (default: llama.cpp's).")
+    parser.add_argument("--k", default="1,2,4,8,16",
+                        help="fixed k to run (comma-separated); adaptive prompt lookup may verify up to the largest")
+    parser.add_argument("--set", default="default", help="built-in prompt sets (comma-separated)")
     args = parser.parse_args()
+    ks = tuple(int(k) for k in args.k.split(","))
+    prompts = [p for name in args.set.split(",") for p in PROMPT_SETS[name]]
     draft = open_engine(EngineSettings(model=args.draft, n_ctx=2048)) if args.draft else None
     summary = []
     for mode in (("default", "exact") if args.mode == "both" else (args.mode,)):
@@ -93,7 +98,7 @@ def main() -> None:
         peers = [LlamaCppPeer(Path(args.peer_bin), Path(args.model), m, threads=args.threads, exact=exact)
                  for m in NGRAM_MODES] if args.peer_bin else []
         try:
-            identical, total, agreed, peers_same, peers_run = identity(target, draft, args.n, peers)
+            identical, total, agreed, peers_same, peers_run = identity(target, draft, args.n, peers, ks, prompts)
         finally:
             target.close()
         summary.append(f"{mode} mode: identical outputs {identical}/{total} ({identical / total:.0%}); "
