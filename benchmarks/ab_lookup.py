@@ -15,8 +15,8 @@ literals), and the shipped drafter last. A fresh decoder per trial whose engine 
 with ``--remember`` (else every run is a first run). Prints per prompt each arm's median throughput over
 plain's (≠: an answer that is not plain decoding's), shipped over the first arm, and the geomeans.
 ``--temp``: every arm samples at that temperature (fresh draws per trial; plain decoding's answer is then no
-reference, so no ≠ marks). ``--exact`` loads the target in exact mode (a GGML_LLAMAFILE=OFF build: docs/exactness.md). Run it on an
-otherwise idle machine.
+reference, so no ≠ marks). ``--exact`` loads the target in exact mode (a GGML_LLAMAFILE=OFF build:
+docs/exactness.md). Run it on an otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("model", type=Path)
     parser.add_argument("--arm", action="append", default=[], required=True,
-                        help="NAME:attribute=value,... (repeatable; the first is what the shipped one is compared with)")
+                        help="NAME:attribute=value,... (repeatable; the shipped drafter is compared with the first)")
     parser.add_argument("-t", "--threads", type=int, default=2)
     parser.add_argument("-n", type=int, default=128)
     parser.add_argument("--set", default="default,short", help="built-in prompt sets, comma-separated")

@@ -6,9 +6,9 @@
 The default llama.cpp build computes a pass over several tokens with other kernels
 than a one-token pass, so the logits differ in the last bits and near-ties can flip.
 For each built-in prompt (``--set``: the sets named, comma-separated) and drafter setting
-(prompt lookup and, with --draft, the draft model; each fixed ``--k`` and adaptive) this prints whether the speculative output is
-identical to plain decoding's and how many leading tokens agree. Exact mode loads the
-target with exact mode's settings and prints the self-test's verdict first
+(prompt lookup and, with --draft, the draft model; each fixed ``--k`` and adaptive) this
+prints whether the speculative output is identical to plain decoding's and how many leading
+tokens agree. Exact mode loads the target with exact mode's settings and prints the self-test's verdict first
 (docs/exactness.md); ``--python`` runs that target in another interpreter, e.g. a venv
 with a GGML_LLAMAFILE=OFF build. The draft model always runs in this process.
 ``--peer-bin`` adds llama.cpp's native n-gram modes (``llama-speculative-simple``, in exact mode with
@@ -27,9 +27,8 @@ from specdec_gguf.drafters import AutoregressiveDrafter, PromptLookupDrafter
 from specdec_gguf.engine import common_prefix_length
 from specdec_gguf.factory import open_engine
 from specdec_gguf.peers import NGRAM_MODES, LlamaCppPeer
-from specdec_gguf.prompts import BENCH_PROMPTS, PROMPT_SETS
+from specdec_gguf.prompts import PROMPT_SETS
 from specdec_gguf.settings import EngineSettings
-
 
 
 def peer_verdict(peer: LlamaCppPeer, text: str, plain: str, n: int) -> tuple[bool, str]:
@@ -43,7 +42,7 @@ def peer_verdict(peer: LlamaCppPeer, text: str, plain: str, n: int) -> tuple[boo
 
 
 def identity(target, draft, n: int, peers: list[LlamaCppPeer] = (), ks: tuple[int, ...] = (1, 2, 4, 8, 16),
-             prompts: list[tuple[str, str, str]] = BENCH_PROMPTS) -> tuple[int, int, int, int, int]:
+             prompts: list[tuple[str, str, str]] = PROMPT_SETS["default"]) -> tuple[int, int, int, int, int]:
     """Print one line per prompt; return (identical runs, runs, agreeing tokens, identical peer answers,
     peer answers)."""
     settings = [("lookup", k, False) for k in ks] + [("lookup", max(ks), True)]
