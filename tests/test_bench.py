@@ -410,3 +410,46 @@ def test_ab_lookup_arms_set_the_drafters_attributes_named():
     for bad in ("x:short_matches=None", "x:follow_loops=maybe", "plain:follow_loops=False", ":follow_loops=False"):
         with pytest.raises(SystemExit):
             parse_arm(bad)
+
+
+def _oracle_module():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import oracle
+
+    return oracle
+
+
+def test_the_oracle_drafts_the_answer_so_every_pass_holds_k_plus_one_tokens(target):
+    """benchmarks/oracle.py's ceiling: proposing plain decoding's own answer, every drafted token is accepted
+    and the answer is plain's, in one pass per k + 1 tokens (fails if the oracle drafted less, or anything
+    but the answer)."""
+    from specdec_gguf.decoder import SpeculativeDecoder
+
+    oracle = _oracle_module()
+    prompt, n, k = [1, 2, 3], 40, 7
+    answer = list(SpeculativeDecoder(target).generate(prompt, n, ignore_eog=True).tokens)
+    result = oracle.oracle_decoder(target, answer, k).generate(prompt, n, ignore_eog=True)
+    assert list(result.tokens) == answer
+    assert result.stats.drafted == result.stats.accepted == n - result.stats.target_passes
+    assert result.stats.target_passes == -(-n // (k + 1))
+
+
+def test_the_oracle_stops_drafting_where_the_output_parts_from_its_answer(target):
+    """Given an answer wrong from token 10 on, the oracle's drafts are rejected there and it drafts nothing
+    after (the output is the target's own); ``settled`` then gives it the answer it decodes to, which it
+    drafts to the end."""
+    from specdec_gguf.decoder import SpeculativeDecoder
+
+    oracle = _oracle_module()
+    prompt, n, k = [1, 2, 3], 40, 4
+    answer = list(SpeculativeDecoder(target).generate(prompt, n, ignore_eog=True).tokens)
+    wrong = answer[:10] + [(t + 1) % target.n_vocab for t in answer[10:]]
+    result = oracle.oracle_decoder(target, wrong, k).generate(prompt, n, ignore_eog=True)
+    assert list(result.tokens) == answer
+    # Two passes of k + 1 right tokens, a third whose first drafted token (the 11th) is wrong, then plain steps.
+    assert (result.stats.drafted, result.stats.accepted) == (3 * k, 2 * k)
+    assert result.stats.target_passes == 3 + n - 11
+    assert oracle.settled(target, prompt, wrong, k, n) == answer
