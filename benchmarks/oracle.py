@@ -6,22 +6,24 @@ Usage:
                               [--remember] [--exact]
 
 Per prompt, plain decoding's answer is recorded first; then, interleaved per repeat (a fresh decoder per
-trial whose engine prefills the prompt, as `specdec run` starts): plain decoding, the oracle at each fixed
-``--k`` (it proposes the next k tokens of the recorded answer, so every drafted token is accepted and each
-pass takes k + 1 tokens: no drafter can do better at that k, whatever it knows), the copy oracle at the
-largest k (it proposes only as much of the answer as is a copy of the context there, from the best place,
-and only runs long enough that their pass takes no longer than plain steps would (from the target's cost
-curve, measured first): a drafter that copies from its context, as prompt lookup and llama.cpp's n-gram
-modes do, can hardly do better), adaptive prompt lookup as
-shipped (every run a first run; with
-``--remember`` each reads and writes the remembered calibrations, as `specdec bench`'s trials do), and with
-``--peer-bin`` llama.cpp's n-gram modes (``LlamaCppPeer``). Prints per prompt each
-strategy's median throughput over plain's and its share of the best oracle's (the ceiling), and the
-geomeans. An answer that parts from the recorded one (a near-tie tipped by another pass size on the default
-build) would end the oracle's drafting there: so each oracle drafts the answer it gives itself (``settled``),
-and a note says where a run still parted from it. ≠: a strategy's answer is not plain decoding's.
-What it answers: how much of a prompt's ceiling a strategy reaches, and so which ratios between two
-strategies are possible at all (on a copy both may sit near it). Run it on an otherwise idle machine.
+trial whose engine prefills the prompt, as `specdec run` starts):
+- plain decoding;
+- the oracle at each fixed ``--k``: it proposes the next k tokens of the answer, so every drafted token is
+  accepted and each pass takes k + 1 tokens (no drafter can do better at that k, whatever it knows);
+- the copy oracle at the largest k: it proposes only as much of the answer as is a copy of the context
+  there, from the best place, and only runs long enough that their pass takes no longer than plain steps
+  would (from the target's cost curve, measured first): a drafter that copies from its context, as prompt
+  lookup and llama.cpp's n-gram modes do, can hardly do better;
+- adaptive prompt lookup as shipped (every run a first run; with ``--remember`` each reads and writes the
+  remembered calibrations, as `specdec bench`'s trials do);
+- with ``--peer-bin``, llama.cpp's n-gram modes (``LlamaCppPeer``); with ``--peer-python``, llama-cpp-python's
+  ``LlamaPromptLookupDecoding(10)`` (after the others, as `specdec bench` runs it).
+Prints per prompt each strategy's median throughput over plain's and its share of the best oracle's (the
+ceiling), and the geomeans. On the default build a pass of k + 1 tokens can tip a near-tie plain decoding
+settled otherwise, which would end an oracle's drafting there: so each oracle drafts the answer it gives
+itself (``settled``), and a note says where a run still parted from it. ≠: an answer that is not plain
+decoding's. What it answers: how much of a prompt's ceiling a strategy reaches, and so which ratios between
+two strategies are possible at all (on a long copy both may sit near it). Run it on an otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -98,6 +100,9 @@ def copyable_runs(prompt: Sequence[int], answer: Sequence[int]) -> list[int]:
     return runs
 
 
+PLAIN = DrafterSettings(kind="none")
+
+
 def oracle_decoder(target: SpeculativeEngine, answer: Sequence[int], k: int,
                    copy_from: Sequence[int] | None = None, min_run: int = 1) -> SpeculativeDecoder:
     """The oracle at fixed ``k``; given the prompt (``copy_from``), the copy oracle (see copyable_runs),
@@ -140,70 +145,87 @@ def run(model: Path, *, threads: int, n: int, sets: str, only: str | None, repea
         raise SystemExit(f"no prompt of {sets} is in --only {only}")
     peers = [LlamaCppPeer(find_llama_speculative(peer_bin), model, mode, threads=threads, exact=exact)
              for mode in NGRAM_MODES] if peer_bin else []
-    plain = DrafterSettings(kind="none")
-    make_decoder(target, plain).generate(prompts[0][2], 32, ignore_eog=True)  # warm llama.cpp up
+    make_decoder(target, PLAIN).generate(prompts[0][2], 32, ignore_eog=True)  # warm llama.cpp up
     min_run = paying_run(measure(target, sizes=sorted({1, 2, 3, 5, 9, *(k + 1 for k in ks)}), repeats=3))
-    copy_arm = f"copy oracle k={max(ks)}"
-    answers: dict = {}  # prompt id: plain decoding's answer; (prompt id, oracle): the answer it drafts
+    oracles = {f"oracle k={k}": (k, None) for k in ks} | {f"copy oracle k={max(ks)}": (max(ks), min_run)}
+    plain_answers: dict[str, list[int]] = {}
+    drafts: dict[tuple[str, str], list[int]] = {}  # (oracle, prompt id): the answer that oracle drafts
     for pid, _, tokens in prompts:
         start_afresh([target])
-        answers[pid] = make_decoder(target, plain).generate(tokens, n, ignore_eog=True).tokens
-        for k in ks:
-            answers[pid, f"oracle k={k}"] = settled(target, tokens, answers[pid], k, n)
-        answers[pid, copy_arm] = settled(target, tokens, answers[pid], max(ks), n, min_run)
-    speeds: dict[tuple[str, str], list[float]] = defaultdict(list)
-    parted: set[tuple[str, str]] = set()  # (strategy, prompt): an answer that is not plain decoding's
-    unsettled: set[tuple[str, str]] = set()  # an oracle that parted from its own answer (drafted less)
+        plain_answers[pid] = list(make_decoder(target, PLAIN).generate(tokens, n, ignore_eog=True).tokens)
+        for name, (k, least) in oracles.items():
+            drafts[name, pid] = settled(target, tokens, plain_answers[pid], k, n, least)
+    speeds: dict[tuple[str, str], list[float]] = defaultdict(list)  # (strategy, prompt id): tok/s per trial
+    parted: set[tuple[str, str]] = set()  # (strategy, prompt id): an answer that is not plain decoding's
+    unsettled: set[tuple[str, str]] = set()  # (oracle, prompt id): a run that parted from its own answer
     for _ in range(repeats):
         for pid, text, tokens in prompts:
-            arms = [("plain", make_decoder(target, plain))]
-            arms += [(f"oracle k={k}", oracle_decoder(target, answers[pid, f"oracle k={k}"], k)) for k in ks]
-            arms.append((copy_arm, oracle_decoder(target, answers[pid, copy_arm], max(ks), tokens, min_run)))
+            arms = [("plain", make_decoder(target, PLAIN))]
+            arms += [(name, oracle_decoder(target, drafts[name, pid], k, tokens if least else None, least or 1))
+                     for name, (k, least) in oracles.items()]
             arms.append(("lookup adaptive", make_decoder(target, DrafterSettings(kind="prompt-lookup"),
                                                          remember=remember)))
             for name, decoder in arms:
                 start_afresh([target])
                 result = decoder.generate(tokens, n, ignore_eog=True)
                 speeds[name, pid].append(result.stats.generation_throughput)
-                if list(result.tokens) != list(answers[pid]):
+                if list(result.tokens) != plain_answers[pid]:
                     parted.add((name, pid))
-                if (pid, name) in answers and list(result.tokens) != answers[pid, name]:
+                if name in oracles and list(result.tokens) != drafts[name, pid]:
                     unsettled.add((name, pid))
             for peer in peers:
                 speeds[peer.name, pid].append(peer.run(text, n).throughput)
     if peer_python:
-        from specdec_gguf.engines.llama_cpp.peer import PeerPromptLookup
-
-        target.close()
-        peer = PeerPromptLookup(model, n_ctx=2048, n_threads=threads)
-        try:
-            peer.generate(prompts[0][2], 16)  # warm-up
-            for _ in range(repeats):
-                for pid, _, tokens in prompts:
-                    speeds["llama-cpp-python lookup", pid].append(peer.generate(tokens, n)[1])
-        finally:
-            peer.close()
-    names = list(dict.fromkeys(name for name, _ in speeds))
-    ratio = {(name, pid): statistics.median(speeds[name, pid]) / statistics.median(speeds["plain", pid])
-             for name in names for pid, _, _ in prompts}
-    ceiling = {pid: max(ratio[f"oracle k={k}", pid] for k in ks) for pid, _, _ in prompts}
-    for pid, _, tokens in prompts:  # (how much of the answer is a copy of its context, as the copy oracle sees it)
-        runs, at, drafted = copyable_runs(tokens, answers[pid]), 0, 0
-        while at < len(runs):
-            run = min(runs[at], max(ks), len(runs) - at - 1) if runs[at] >= min_run else 0
-            drafted, at = drafted + run, at + run + 1
-        print(f"{pid}: the copy oracle drafts {drafted} of its {len(runs)} tokens (runs of {min_run}+ tokens)")
+        target.close()  # (two copies of the model otherwise)
+        time_llama_cpp_python(model, threads, prompts, n, repeats, speeds)
+    for pid, _, tokens in prompts:
+        drafted = copy_oracle_drafts(copyable_runs(tokens, plain_answers[pid]), max(ks), min_run)
+        print(f"{pid}: the copy oracle drafts {drafted} of its {n} tokens (runs of {min_run}+ tokens)")
     print(f"{model.name}, {threads} thread(s), {n} tokens, {repeats} repeats, remember={remember}, exact={exact}: "
           "speed-up over plain (share of the best oracle's)")
-    print(f"{'strategy':<24}" + "".join(f"{pid:>24}" for pid, _, _ in prompts) + f"{'geomean':>18}")
-    for name in names:
-        cells = [f"{ratio[name, pid]:.2f}x ({ratio[name, pid] / ceiling[pid]:.2f}){' ≠' if (name, pid) in parted else '  '}"
-                 for pid, _, _ in prompts]
-        print(f"{name:<24}" + "".join(f"{cell:>24}" for cell in cells)
-              + f"{geomean([ratio[name, pid] for pid, _, _ in prompts]):>12.2f}x"
-              + f" ({geomean([ratio[name, pid] / ceiling[pid] for pid, _, _ in prompts]):.2f})", flush=True)
+    report(speeds, [pid for pid, _, _ in prompts], [f"oracle k={k}" for k in ks], parted)
     for name, pid in sorted(unsettled):
         print(f"note: {name} on {pid} parted from its own answer in some run (it drafted less there)")
+
+
+def time_llama_cpp_python(model: Path, threads: int, prompts: Sequence[tuple[str, str, list[int]]], n: int,
+                          repeats: int, speeds: dict[tuple[str, str], list[float]]) -> None:
+    """llama-cpp-python's ``LlamaPromptLookupDecoding(10)`` on every prompt, ``repeats`` times, into ``speeds``."""
+    from specdec_gguf.engines.llama_cpp.peer import PeerPromptLookup
+
+    peer = PeerPromptLookup(model, n_ctx=2048, n_threads=threads)
+    try:
+        peer.generate(prompts[0][2], 16)  # warm-up
+        for _ in range(repeats):
+            for pid, _, tokens in prompts:
+                speeds["llama-cpp-python lookup", pid].append(peer.generate(tokens, n)[1])
+    finally:
+        peer.close()
+
+
+def copy_oracle_drafts(runs: Sequence[int], k: int, min_run: int) -> int:
+    """How many of an answer's tokens the copy oracle drafts, given its ``copyable_runs``."""
+    at = drafted = 0
+    while at < len(runs):
+        length = min(runs[at], k, len(runs) - at - 1) if runs[at] >= min_run else 0
+        drafted, at = drafted + length, at + length + 1
+    return drafted
+
+
+def report(speeds: dict[tuple[str, str], list[float]], pids: Sequence[str], ceilings: Sequence[str],
+           parted: set[tuple[str, str]]) -> None:
+    """Per strategy and prompt, the median speed-up over plain and its share of the best of ``ceilings``."""
+    names = list(dict.fromkeys(name for name, _ in speeds))
+    ratio = {(name, pid): statistics.median(speeds[name, pid]) / statistics.median(speeds["plain", pid])
+             for name in names for pid in pids}
+    ceiling = {pid: max(ratio[name, pid] for name in ceilings) for pid in pids}
+    print(f"{'strategy':<24}" + "".join(f"{pid:>24}" for pid in pids) + f"{'geomean':>18}")
+    for name in names:
+        cells = [f"{ratio[name, pid]:.2f}x ({ratio[name, pid] / ceiling[pid]:.2f}){' ≠' if (name, pid) in parted else '  '}"
+                 for pid in pids]
+        print(f"{name:<24}" + "".join(f"{cell:>24}" for cell in cells)
+              + f"{geomean([ratio[name, pid] for pid in pids]):>12.2f}x"
+              + f" ({geomean([ratio[name, pid] / ceiling[pid] for pid in pids]):.2f})", flush=True)
 
 
 def main() -> None:

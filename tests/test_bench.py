@@ -453,3 +453,16 @@ def test_the_oracle_stops_drafting_where_the_output_parts_from_its_answer(target
     assert (result.stats.drafted, result.stats.accepted) == (3 * k, 2 * k)
     assert result.stats.target_passes == 3 + n - 11
     assert oracle.settled(target, prompt, wrong, k, n) == answer
+
+
+def test_copyable_runs_measure_each_answer_tokens_longest_copy_of_the_context_before_it():
+    """The copy oracle's runs: from each answer position, the longest stretch some earlier place of the prompt
+    or answer is followed by (a token seen nowhere before: 0); the copy oracle drafts runs of at least
+    ``min_run`` tokens, each pass ending with the target's own token."""
+    oracle = _oracle_module()
+    prompt, answer = [1, 2, 3, 4, 5], [9, 2, 3, 4, 7, 2, 3]
+    runs = oracle.copyable_runs(prompt, answer)
+    assert runs == [0, 3, 2, 1, 0, 2, 1]
+    assert oracle.copy_oracle_drafts(runs, k=8, min_run=2) == 3 + 1  # (the last token is always the target's)
+    assert oracle.copy_oracle_drafts(runs, k=2, min_run=2) == 2 + 1
+    assert oracle.copy_oracle_drafts(runs, k=8, min_run=4) == 0
