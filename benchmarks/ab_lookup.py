@@ -60,15 +60,33 @@ def parse_arm(text: str) -> tuple[str, dict[str, Any]]:
     return name, settings
 
 
+def built_in_prompts(target: Any, sets: str, only: str | None) -> list[tuple[str, str, list[int]]]:
+    """(id, text, tokens) of the built-in prompts of ``sets`` (comma-separated), only those of ``only`` if given."""
+    prompts = [(pid, text, target.tokenize(text)) for name in sets.split(",") for pid, _, text in PROMPT_SETS[name]
+               if only is None or pid in only.split(",")]
+    if not prompts:
+        raise SystemExit(f"no prompt of {sets} is in --only {only}")
+    return prompts
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, *, n: int, sets: str) -> None:
+    """The arguments every side-by-side script here takes: the model, threads, answer length, prompts, repeats
+    and exact mode."""
+    parser.add_argument("model", type=Path)
+    parser.add_argument("-t", "--threads", type=int, default=2)
+    parser.add_argument("-n", type=int, default=n)
+    parser.add_argument("--set", default=sets, help="built-in prompt sets, comma-separated")
+    parser.add_argument("--only", help="prompt ids to run (comma-separated; default: every prompt of the sets)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--exact", action="store_true", help="the target in exact mode (docs/exactness.md)")
+
+
 def run(model: Path, arms: dict[str, dict[str, Any]], *, threads: int, n: int, sets: str, repeats: int,
         remember: bool, exact: bool, only: str | None = None, temperature: float = 0.0) -> None:
     """Time plain decoding, each arm and the shipped drafter on the prompts of ``sets``, and print the ratios."""
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="specdec-ab-lookup-")
     target = open_engine(EngineSettings(model=model, n_ctx=2048, n_threads=threads, exact=exact))
-    prompts = [(pid, target.tokenize(text)) for name in sets.split(",") for pid, _, text in PROMPT_SETS[name]
-               if only is None or pid in only.split(",")]
-    if not prompts:
-        raise SystemExit(f"no prompt of {sets} is in --only {only}")
+    prompts = [(pid, tokens) for pid, _, tokens in built_in_prompts(target, sets, only)]
     make_decoder(target, DrafterSettings(kind="none")).generate(prompts[0][1], 32, ignore_eog=True)  # warm up
     settings: dict[str, dict[str, Any] | None] = {"plain": None, **arms, SHIPPED: {}}
     strategies = [Strategy(arm, DrafterSettings(kind="none" if s is None else "prompt-lookup"))
@@ -102,16 +120,10 @@ def run(model: Path, arms: dict[str, dict[str, Any]], *, threads: int, n: int, s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("model", type=Path)
+    add_run_arguments(parser, n=128, sets="default,short")
     parser.add_argument("--arm", action="append", default=[], required=True,
                         help="NAME:attribute=value,... (repeatable; the shipped drafter is compared with the first)")
-    parser.add_argument("-t", "--threads", type=int, default=2)
-    parser.add_argument("-n", type=int, default=128)
-    parser.add_argument("--set", default="default,short", help="built-in prompt sets, comma-separated")
-    parser.add_argument("--only", help="prompt ids to run (comma-separated; default: every prompt of the sets)")
-    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--remember", action="store_true", help="runs read and write remembered calibrations")
-    parser.add_argument("--exact", action="store_true", help="the target in exact mode")
     parser.add_argument("--temp", type=float, default=0.0, help="sample at this temperature (0: greedy)")
     args = parser.parse_args()
     arms = dict(parse_arm(text) for text in args.arm)

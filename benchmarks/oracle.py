@@ -47,10 +47,10 @@ from specdec_gguf.engine import DrafterBase, SpeculativeEngine  # noqa: E402
 from specdec_gguf.factory import make_decoder, open_engine  # noqa: E402
 from specdec_gguf.peers import NGRAM_MODES, LlamaCppPeer, find_llama_speculative  # noqa: E402
 from specdec_gguf.profile import CostProfile, measure  # noqa: E402
-from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
 from specdec_gguf.proposal import NO_PROPOSAL, DraftProposal, VerificationPolicy  # noqa: E402
 from specdec_gguf.schedule import DraftBudget, FixedSchedule  # noqa: E402
 from specdec_gguf.settings import DrafterSettings, EngineSettings  # noqa: E402
+from ab_lookup import add_run_arguments, built_in_prompts  # noqa: E402
 
 
 class OracleDrafter(DrafterBase):
@@ -62,23 +62,25 @@ class OracleDrafter(DrafterBase):
     def __init__(self, answer: Sequence[int], copyable: Sequence[int] | None = None) -> None:
         self.answer = list(answer)
         self.copyable = list(copyable) if copyable is not None else None
-        self._committed: list[int] = []
+        self._at = 0  # tokens committed so far
+        self._parted = False  # the output left the answer (checked as tokens are committed, not per proposal)
 
     def start(self, prompt_tokens: Sequence[int]) -> None:
-        self._committed = []
+        self._at, self._parted = 0, False
 
     def propose(self, max_tokens: int, policy: VerificationPolicy, rng: np.random.Generator,
                 budget: DraftBudget | None = None) -> DraftProposal:
-        at = len(self._committed)
-        if self._committed != self.answer[:at]:
-            return NO_PROPOSAL  # (parted from the answer: nothing left to know)
+        at = self._at
+        if self._parted:
+            return NO_PROPOSAL  # (nothing left to know)
         if self.copyable is not None:
             max_tokens = min(max_tokens, self.copyable[at] if at < len(self.copyable) else 0)
         tokens = self.answer[at:at + max_tokens]
         return DraftProposal(tokens=tuple(tokens)) if tokens else NO_PROPOSAL
 
     def accept(self, n_accepted: int, committed: Sequence[int]) -> None:
-        self._committed.extend(committed)
+        at, self._at = self._at, self._at + len(committed)
+        self._parted = self._parted or list(committed) != self.answer[at:self._at]
 
 
 def copyable_runs(prompt: Sequence[int], answer: Sequence[int]) -> list[int]:
@@ -103,19 +105,22 @@ def copyable_runs(prompt: Sequence[int], answer: Sequence[int]) -> list[int]:
 PLAIN = DrafterSettings(kind="none")
 
 
+def copy_oracle_runs(prompt: Sequence[int], answer: Sequence[int], min_run: int) -> list[int]:
+    """What the copy oracle may propose at each position of ``answer``: its copyable run, if ``min_run`` long."""
+    return [r if r >= min_run else 0 for r in copyable_runs(prompt, answer)]
+
+
 def oracle_decoder(target: SpeculativeEngine, answer: Sequence[int], k: int,
-                   copy_from: Sequence[int] | None = None, min_run: int = 1) -> SpeculativeDecoder:
-    """The oracle at fixed ``k``; given the prompt (``copy_from``), the copy oracle (see copyable_runs),
-    proposing only runs of at least ``min_run`` tokens."""
-    copyable = [r if r >= min_run else 0 for r in copyable_runs(copy_from, answer)] if copy_from is not None \
-        else None
+                   copyable: Sequence[int] | None = None) -> SpeculativeDecoder:
+    """The oracle at fixed ``k``; given the runs it may propose (``copy_oracle_runs``), the copy oracle."""
     return SpeculativeDecoder(target, OracleDrafter(answer, copyable), schedule=FixedSchedule(k),
                               profile_cache=False, remember=False)
 
 
 def paying_run(costs: CostProfile) -> int:
     """The shortest run of right drafted tokens whose pass takes no longer than plain steps would for them."""
-    return next(n for n in range(1, 1024) if (n + 1) * costs.cost(1) >= costs.cost(n + 1))
+    longest = 1024  # (no run pays on this curve: the copy oracle drafts none)
+    return next((n for n in range(1, longest) if (n + 1) * costs.cost(1) >= costs.cost(n + 1)), longest)
 
 
 def settled(target: SpeculativeEngine, prompt: Sequence[int], answer: Sequence[int], k: int, n: int,
@@ -127,7 +132,7 @@ def settled(target: SpeculativeEngine, prompt: Sequence[int], answer: Sequence[i
     answer = list(answer)
     for _ in range(tries):
         start_afresh([target])
-        decoder = oracle_decoder(target, answer, k, prompt if min_run else None, min_run or 1)
+        decoder = oracle_decoder(target, answer, k, copy_oracle_runs(prompt, answer, min_run) if min_run else None)
         output = list(decoder.generate(prompt, n, ignore_eog=True).tokens)
         if output == answer:
             break
@@ -139,10 +144,7 @@ def run(model: Path, *, threads: int, n: int, sets: str, only: str | None, repea
         peer_bin: str | None, peer_python: bool, remember: bool, exact: bool) -> None:
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="specdec-oracle-")
     target = open_engine(EngineSettings(model=model, n_ctx=2048, n_threads=threads, exact=exact))
-    prompts = [(pid, text, target.tokenize(text)) for name in sets.split(",") for pid, _, text in PROMPT_SETS[name]
-               if only is None or pid in only.split(",")]
-    if not prompts:
-        raise SystemExit(f"no prompt of {sets} is in --only {only}")
+    prompts = built_in_prompts(target, sets, only)
     peers = [LlamaCppPeer(find_llama_speculative(peer_bin), model, mode, threads=threads, exact=exact)
              for mode in NGRAM_MODES] if peer_bin else []
     make_decoder(target, PLAIN).generate(prompts[0][2], 32, ignore_eog=True)  # warm llama.cpp up
@@ -150,19 +152,22 @@ def run(model: Path, *, threads: int, n: int, sets: str, only: str | None, repea
     oracles = {f"oracle k={k}": (k, None) for k in ks} | {f"copy oracle k={max(ks)}": (max(ks), min_run)}
     plain_answers: dict[str, list[int]] = {}
     drafts: dict[tuple[str, str], list[int]] = {}  # (oracle, prompt id): the answer that oracle drafts
+    runs: dict[tuple[str, str], list[int] | None] = {}  # (oracle, prompt id): the copy oracle's runs (else None)
     for pid, _, tokens in prompts:
         start_afresh([target])
         plain_answers[pid] = list(make_decoder(target, PLAIN).generate(tokens, n, ignore_eog=True).tokens)
         for name, (k, least) in oracles.items():
             drafts[name, pid] = settled(target, tokens, plain_answers[pid], k, n, least)
+            # (the copy oracle's runs, once per answer, not per trial: ~10 ms of Python each)
+            runs[name, pid] = copy_oracle_runs(tokens, drafts[name, pid], least) if least else None
     speeds: dict[tuple[str, str], list[float]] = defaultdict(list)  # (strategy, prompt id): tok/s per trial
     parted: set[tuple[str, str]] = set()  # (strategy, prompt id): an answer that is not plain decoding's
     unsettled: set[tuple[str, str]] = set()  # (oracle, prompt id): a run that parted from its own answer
     for _ in range(repeats):
         for pid, text, tokens in prompts:
             arms = [("plain", make_decoder(target, PLAIN))]
-            arms += [(name, oracle_decoder(target, drafts[name, pid], k, tokens if least else None, least or 1))
-                     for name, (k, least) in oracles.items()]
+            arms += [(name, oracle_decoder(target, drafts[name, pid], k, runs[name, pid]))
+                     for name, (k, _) in oracles.items()]
             arms.append(("lookup adaptive", make_decoder(target, DrafterSettings(kind="prompt-lookup"),
                                                          remember=remember)))
             for name, decoder in arms:
@@ -230,17 +235,11 @@ def report(speeds: dict[tuple[str, str], list[float]], pids: Sequence[str], ceil
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("model", type=Path)
-    parser.add_argument("-t", "--threads", type=int, default=2)
-    parser.add_argument("-n", type=int, default=128)
-    parser.add_argument("--set", default="default", help="built-in prompt sets, comma-separated")
-    parser.add_argument("--only", help="prompt ids to run (comma-separated; default: every prompt of the sets)")
-    parser.add_argument("--repeats", type=int, default=3)
+    add_run_arguments(parser, n=128, sets="default")
     parser.add_argument("--k", default="16,32,64", help="the oracle's pass sizes (drafted tokens), comma-separated")
     parser.add_argument("--peer-bin", help="llama-speculative-simple: adds llama.cpp's n-gram modes")
     parser.add_argument("--peer-python", action="store_true", help="adds llama-cpp-python's LlamaPromptLookupDecoding(10)")
     parser.add_argument("--remember", action="store_true", help="adaptive runs read and write remembered calibrations")
-    parser.add_argument("--exact", action="store_true", help="the target in exact mode (docs/exactness.md)")
     args = parser.parse_args()
     ks = [int(k) for k in args.k.split(",")]
     if any(k < 1 for k in ks):

@@ -369,17 +369,26 @@ printf '{SPEED}' >&2
     assert run.answer("Say bye.") is None
 
 
+def _benchmark(name: str):
+    """A script of benchmarks/ as a module (they import each other by name, so their folder goes on the path)."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    folder = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(name)
+
+
 def test_the_ngram_cache_replica_drafts_what_followed_and_stops_where_the_counts_disagree():
     """benchmarks/ngram_cache_sim.py's replica of llama.cpp's ngram-cache: each drafted token is what most
     often followed the longest n-gram before it, drafting goes on past the context's end (the drafted
     tokens extend the n-grams), and stops where no n-gram's counts pass llama.cpp's thresholds (a
     three-way fork: 33% < 50%). On a copy it beats plain decoding in the simulation and keeps the target's
     output (the script asserts it)."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from ngram_cache_sim import NgramCacheDrafter, ngram_cache_seconds
+    sim = _benchmark("ngram_cache_sim")
+    NgramCacheDrafter, ngram_cache_seconds = sim.NgramCacheDrafter, sim.ngram_cache_seconds
     from specdec_gguf.simulation import simulate_run, synthetic_traces
 
     drafter = NgramCacheDrafter()
@@ -398,11 +407,7 @@ def test_ab_lookup_arms_set_the_drafters_attributes_named():
     arm's PromptLookupDrafter; an attribute the drafter has not, a value that is no literal, or a reserved
     arm name stops the script before anything runs (a misspelt arm would otherwise time the shipped drafter
     twice)."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from ab_lookup import parse_arm
+    parse_arm = _benchmark("ab_lookup").parse_arm
 
     assert parse_arm("long-only:short_matches_from=None") == ("long-only", {"short_matches_from": None})
     assert parse_arm("both:follow_loops=False,short_matches_from=0.005") == (
@@ -413,13 +418,7 @@ def test_ab_lookup_arms_set_the_drafters_attributes_named():
 
 
 def _oracle_module():
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import oracle
-
-    return oracle
+    return _benchmark("oracle")
 
 
 def test_the_oracle_drafts_the_answer_so_every_pass_holds_k_plus_one_tokens(target):
