@@ -10,7 +10,14 @@ Cases (each: plain, fixed k, adaptive; a fresh decoder per trial, as `specdec ru
 - tiny mid pair (6-layer d256 Q8_0, 2-layer draft, weaker agreement);
 - tiny big pair (12-layer d1024 Q8_0 target, 165 MB, 18 ms a token on 2 cores; 1-layer draft, 70-85%
   accepted): a target whose passes are dominated by its weights, as a real model's are;
-- Gemma 3 270M with prompt lookup on short chat-like answers, the default set and long grounded rewrites.
+- Gemma 3 270M with prompt lookup on short chat-like answers, the default set and long grounded rewrites;
+- Gemma 3 270M requantized (``gemma-f16``, ``gemma-q8_0``: the same answers' kind on other cost curves; at
+  1 thread a 2-token pass costs 2.9 and 3.2 one-token passes, against Q4_K_M's 2.4), with prompt lookup on
+  the short and default sets;
+- a real draft-model pair, ``gemma-f16-draft``: the F16 target drafted by the Q4_K_M original, which
+  agrees with it on most tokens but costs 0.65-0.8 of its pass: drafting hardly pays, so it must not lose.
+Cases are named in ``--only``: tiny-f32, tiny-wide, tiny-mid-q8, tiny-big-q8, gemma, gemma-f16, gemma-q8_0,
+gemma-f16-draft (the requantized ones are written from ``--gemma`` into a temporary folder, ~4 s).
 Prints adaptive / plain per prompt (the bound: >= 0.97x everywhere) and adaptive / best fixed k.
 Run it on an otherwise idle machine: two busy cores ruin the ratios.
 """
@@ -29,6 +36,7 @@ from specdec_gguf import SamplingParams  # noqa: E402
 from specdec_gguf.benchmark import Strategy, geomean, run_peer_trials, run_trials, summarize  # noqa: E402
 from specdec_gguf.errors import EngineError  # noqa: E402
 from specdec_gguf.peers import NGRAM_MODES, LlamaCppPeer  # noqa: E402
+from specdec_gguf.engines.llama_cpp import requantize  # noqa: E402
 from specdec_gguf.factory import open_engine  # noqa: E402
 from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
 from specdec_gguf.settings import DrafterSettings, EngineSettings  # noqa: E402
@@ -40,6 +48,10 @@ TINY = {  # name: (target layers, draft layers, gain, shape, dtype)
     "tiny-mid-q8": (6, 2, 0.3, TinyShape(n_embd=256, n_head=4, n_ff=768), "q8_0"),
     "tiny-big-q8": (12, 1, 0.06, TinyShape(n_embd=1024, n_head=16, n_ff=2816), "q8_0"),
 }
+
+# Gemma 3 270M requantized from --gemma: (case, file type, drafter).
+REQUANTIZED = (("gemma-f16", "f16", "prompt-lookup"), ("gemma-q8_0", "q8_0", "prompt-lookup"),
+               ("gemma-f16-draft", "f16", "draft-model"))
 
 
 def write_case(name: str, folder: Path) -> TinyFamily:
@@ -142,6 +154,25 @@ def main() -> None:
                                  for mode in NGRAM_MODES]
                     rows.append(run_case("gemma", args.gemma, None, "prompt-lookup", prompt_set, n, t,
                                          args.repeats, peers, sampling))
+        # Gemma at other quantizations: the same kind of answers on cost curves nobody tuned on.
+        for name, file_type, kind in REQUANTIZED:
+            if not args.gemma or (only and name not in only):
+                continue
+            variant = Path(tmp) / f"gemma-{file_type}.gguf"
+            if not variant.exists():
+                requantize(args.gemma, variant, file_type)
+            for t in threads:
+                if kind == "draft-model":  # the original Q4_K_M drafts for its F16 requantization
+                    peers = [LlamaCppPeer(peer_bin, variant, "draft-simple", draft=args.gemma, threads=t,
+                                          draft_max=8)] if peer_bin else []
+                    rows.append(run_case(name, variant, args.gemma, kind, "default", lengths[0], t, args.repeats,
+                                         peers, sampling))
+                    continue
+                for prompt_set, n in [("short", lengths[0]), ("default", lengths[0]), ("default", lengths[-1])]:
+                    peers = [LlamaCppPeer(peer_bin, variant, mode, threads=t) for mode in NGRAM_MODES] \
+                        if peer_bin and prompt_set != "short" else []
+                    rows.append(run_case(name, variant, None, kind, prompt_set, n, t, args.repeats, peers,
+                                         sampling))
     args.out.write_text(json.dumps(rows, indent=1))
     worst = min((v, r["case"], r["set"], r["n"], r["threads"], pid) for r in rows
                 for pid, v in r["adaptive_vs_plain"].items())

@@ -313,3 +313,37 @@ def test_the_llama_cpp_python_peer_prefills_each_prompt_afresh(tiny_family):
         assert evaluated[0] < len(prompt)  # (what a trial without the reset would have done)
     finally:
         peer.close()
+
+
+@pytest.mark.parametrize("file_type, tensor_type, ftype", [("f16", "F16", 1), ("q8_0", "Q8_0", 7)])
+def test_requantize_writes_the_type_asked_and_the_result_decodes(tiny_family, tmp_path, file_type, tensor_type, ftype):
+    from gguf import GGUFReader
+
+    from specdec_gguf.engines.llama_cpp import requantize
+
+    dest = requantize(tiny_family.target, tmp_path / f"t-{file_type}.gguf", file_type, threads=1)
+    reader = GGUFReader(dest)
+    assert int(reader.fields["general.file_type"].parts[-1][0]) == ftype
+    matrices = {t.name: t.tensor_type.name for t in reader.tensors if len(t.shape) == 2}
+    assert matrices and set(matrices.values()) == {tensor_type}, matrices
+    assert sorted(tmp_path.iterdir()) == [dest]  # no temporary file left beside it
+    with LlamaCppEngine(dest, n_ctx=256, n_threads=1) as target:
+        prompt = target.tokenize(PROMPT_TEXT)
+        assert len(SpeculativeDecoder(target, PromptLookupDrafter()).generate(prompt, 24).tokens) == 24
+
+
+def test_requantize_names_what_is_wrong(tiny_family, tmp_path):
+    from specdec_gguf.engines.llama_cpp import requantize
+    from specdec_gguf.errors import ConfigError, EngineError
+
+    with pytest.raises(ConfigError, match="'q3_k'.*f16, q8_0, q4_0"):
+        requantize(tiny_family.target, tmp_path / "x.gguf", "q3_k")
+    with pytest.raises(ConfigError, match="no GGUF file"):
+        requantize(tmp_path / "missing.gguf", tmp_path / "x.gguf", "f16")
+    with pytest.raises(ConfigError, match="threads=0"):
+        requantize(tiny_family.target, tmp_path / "x.gguf", "f16", threads=0)
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + bytes(60))
+    with pytest.raises(EngineError, match="could not quantize"):
+        requantize(broken, tmp_path / "x.gguf", "f16", threads=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.gguf"]  # nothing written, nothing left
