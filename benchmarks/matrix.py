@@ -100,14 +100,19 @@ def run_case(name: str, target_path: Path, draft_path: Path | None, kind: str, p
            "adaptive_vs_plain": adaptive.per_prompt_speedup, "adaptive_geomean": adaptive.speedup,
            "vs_best_fixed": adaptive.vs_best_fixed, "vs_best_fixed_geomean": adaptive.vs_best_fixed_geomean,
            "plain_tok_s": reports["plain"].median_throughput,
+           # greedy: per prompt, whether every adaptive trial wrote plain decoding's answer (a long pass on
+           # the default build can tip a near-tie, and a different answer copies more or less)
+           "adaptive_same_output": adaptive.same_output,
            "peers": {p.name: {pid: adaptive.per_prompt_speedup[pid] / reports[p.name].per_prompt_speedup[pid]
                               for pid in adaptive.per_prompt_speedup if reports[p.name].per_prompt_speedup.get(pid)}
                      for p in ran}}
     worst = min(row["adaptive_vs_plain"].values())
+    differed = [pid for pid, same in adaptive.same_output.items() if not same]
     print(f"{name:<12} {kind:<13} {prompt_set:<8} n={n:<4} t={threads}  plain {row['plain_tok_s']:7.1f} tok/s  "
           f"adaptive/plain {adaptive.speedup:.2f}x (worst {worst:.2f}x)  "
           f"vs best fixed {adaptive.vs_best_fixed_geomean or 0:.2f}x"
-          + "".join(f"  vs {p}: {geomean(list(v.values())):.2f}x" for p, v in row["peers"].items()), flush=True)
+          + "".join(f"  vs {p}: {geomean(list(v.values())):.2f}x" for p, v in row["peers"].items())
+          + (f"  (≠ plain's answer: {', '.join(differed)})" if differed else ""), flush=True)
     return row
 
 
