@@ -116,6 +116,20 @@ def run_case(name: str, target_path: Path, draft_path: Path | None, kind: str, p
     return row
 
 
+def lookup_rows(name: str, model: Path, plan: list[tuple[str, int]], threads: list[int], repeats: int,
+                peer_bin: Path | None, sampling: SamplingParams) -> list[dict]:
+    """Prompt lookup on a real model: a row per thread count and (prompt set, tokens) of ``plan``, with
+    llama.cpp's n-gram modes as peers except on the short set (chat answers: the tables compare them on
+    grounded prompts)."""
+    rows = []
+    for t in threads:
+        for prompt_set, n in plan:
+            peers = [LlamaCppPeer(peer_bin, model, mode, threads=t) for mode in NGRAM_MODES] \
+                if peer_bin and prompt_set != "short" else []
+            rows.append(run_case(name, model, None, "prompt-lookup", prompt_set, n, t, repeats, peers, sampling))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gemma", type=Path, help="Gemma 3 270M GGUF (skip Gemma cases without it)")
@@ -150,15 +164,9 @@ def main() -> None:
                     rows.append(run_case(name, family.target, None, "prompt-lookup", "default", n, t,
                                          args.repeats, [], sampling))
         if args.gemma and (not only or "gemma" in only):
-            for t in threads:
-                for prompt_set, n in [("short", lengths[0]), ("default", lengths[0]), ("long", lengths[-1]),
-                                      ("default", lengths[-1])]:
-                    peers = []
-                    if peer_bin and prompt_set != "short":
-                        peers = [LlamaCppPeer(peer_bin, args.gemma, mode, threads=t)
-                                 for mode in NGRAM_MODES]
-                    rows.append(run_case("gemma", args.gemma, None, "prompt-lookup", prompt_set, n, t,
-                                         args.repeats, peers, sampling))
+            rows += lookup_rows("gemma", args.gemma, [("short", lengths[0]), ("default", lengths[0]),
+                                                      ("long", lengths[-1]), ("default", lengths[-1])],
+                                threads, args.repeats, peer_bin, sampling)
         # Gemma at other quantizations: the same kind of answers on cost curves nobody tuned on.
         for name, file_type, kind in REQUANTIZED:
             if not args.gemma or (only and name not in only):
@@ -166,18 +174,15 @@ def main() -> None:
             variant = Path(tmp) / f"gemma-{file_type}.gguf"
             if not variant.exists():
                 requantize(args.gemma, variant, file_type)
-            for t in threads:
-                if kind == "draft-model":  # the original Q4_K_M drafts for its F16 requantization
-                    peers = [LlamaCppPeer(peer_bin, variant, "draft-simple", draft=args.gemma, threads=t,
-                                          draft_max=8)] if peer_bin else []
-                    rows.append(run_case(name, variant, args.gemma, kind, "default", lengths[0], t, args.repeats,
-                                         peers, sampling))
-                    continue
-                for prompt_set, n in [("short", lengths[0]), ("default", lengths[0]), ("default", lengths[-1])]:
-                    peers = [LlamaCppPeer(peer_bin, variant, mode, threads=t) for mode in NGRAM_MODES] \
-                        if peer_bin and prompt_set != "short" else []
-                    rows.append(run_case(name, variant, None, kind, prompt_set, n, t, args.repeats, peers,
-                                         sampling))
+            if kind == "prompt-lookup":
+                rows += lookup_rows(name, variant, [("short", lengths[0]), ("default", lengths[0]),
+                                                    ("default", lengths[-1])], threads, args.repeats, peer_bin, sampling)
+                continue
+            for t in threads:  # the original Q4_K_M drafts for its F16 requantization
+                peers = [LlamaCppPeer(peer_bin, variant, "draft-simple", draft=args.gemma, threads=t,
+                                      draft_max=8)] if peer_bin else []
+                rows.append(run_case(name, variant, args.gemma, kind, "default", lengths[0], t, args.repeats,
+                                     peers, sampling))
     args.out.write_text(json.dumps(rows, indent=1))
     worst = min((v, r["case"], r["set"], r["n"], r["threads"], pid) for r in rows
                 for pid, v in r["adaptive_vs_plain"].items())

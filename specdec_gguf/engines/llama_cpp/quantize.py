@@ -8,12 +8,12 @@ schedule on curves nobody tuned it on, with a real model's answers (benchmarks/m
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import llama_cpp as lc
 
 from ...errors import ConfigError, EngineError
+from ...modelfile import written_whole
 from .runtime import LogCapture, ensure_initialised
 
 # The file types offered (llama.cpp's ``llama_ftype``): matrices in that type, 1-d tensors as they are.
@@ -37,14 +37,10 @@ def requantize(source: str | Path, dest: str | Path, file_type: str, *, threads:
     params.ftype = FILE_TYPES[file_type]
     params.allow_requantize = True
     params.nthread = threads or 0  # (0: llama.cpp uses every core)
-    partial = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
     capture = LogCapture()
-    try:
+    with written_whole(dest) as partial:
         with capture.active():
             status = lc.llama_model_quantize(str(source).encode(), str(partial).encode(), params)
         if status != 0:
             raise EngineError(f"llama.cpp could not quantize {source} to {file_type}: {capture.reason()}")
-        os.replace(partial, dest)
-    finally:
-        partial.unlink(missing_ok=True)
     return dest
