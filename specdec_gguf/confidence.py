@@ -142,6 +142,16 @@ class AcceptanceModel:
             self._mean[b] = None  # (recomputed when next read: see confidence)
         self._counted()
 
+    def update_hindsight(self, outcomes: Sequence[tuple[int, bool, int]], weight: float) -> None:
+        """Outcomes seen in hindsight, each ``(bucket, accepted, position in its proposal)``: a proposal's
+        tokens that were not verified, against the tokens the target went on to commit. Each counts as
+        ``weight`` of an outcome (those tokens also teach the slots of the proposals that drafted them
+        again), in the pooled calibration only, not in the buckets' own counts; together one update."""
+        for bucket, hit, position in outcomes:
+            self._count(self._unverified_hits, self._unverified_total, bucket + self._n * _DEPTH[min(position, 4)],
+                        hit, weight)
+        self._counted()
+
     def update_calibration(self, bucket: int, accepted: bool | float) -> None:
         """An outcome seen without verifying (a declined greedy proposal's first token against the
         token the plain step produced, or, sampled, the chance it would have been accepted): it moves
@@ -149,18 +159,19 @@ class AcceptanceModel:
         self._count(self._unverified_hits, self._unverified_total, bucket, accepted)
         self._counted()
 
-    def _count(self, hits: list[float], total: list[float], slot: int, hit: bool | float) -> None:
+    def _count(self, hits: list[float], total: list[float], slot: int, hit: bool | float,
+               weight: float = 1.0) -> None:
         if total[slot] >= self.recency:  # forget a little: keep following recent outcomes
             scale = (self.recency - 1.0) / total[slot]
             hits[slot] *= scale
             total[slot] *= scale
         hit = float(hit)  # (a chance of acceptance counts as that share of a hit)
-        hits[slot] += hit
-        total[slot] += 1.0
+        hits[slot] += weight * hit
+        total[slot] += weight
         self._seen.add(slot)
         self.outcomes += 1
         if self._evidence is not None:
-            self._evidence += hit * self._hit_evidence[slot] + (1.0 - hit) * self._miss_evidence[slot]
+            self._evidence += weight * (hit * self._hit_evidence[slot] + (1.0 - hit) * self._miss_evidence[slot])
 
     def _counted(self) -> None:
         self._since_fit += 1

@@ -16,7 +16,7 @@ from .errors import ConfigError, ContextOverflowError, SpecDecError
 from .proposal import NO_PROPOSAL, DraftProposal, VerificationPolicy
 from .sampling import SamplingParams
 from .profile import profile_for
-from .schedule import AdaptiveSchedule, DraftSchedule, FixedSchedule, ScheduleConstants
+from .schedule import AdaptiveSchedule, DraftSchedule, FixedSchedule, HindsightSchedule, ScheduleConstants
 from .settings import default_num_draft_tokens
 from .stats import SpecStats
 
@@ -142,6 +142,7 @@ class SpeculativeDecoder:
     def _rounds(self, prompt: list[int], max_new_tokens: int, params: SamplingParams,
                 stops: frozenset[int], ignore_eog: bool, check_on_resume: bool = True) -> Iterator[RoundEvent]:
         target, drafter, schedule, clock = self.target, self.drafter, self.schedule, self.clock
+        hindsight = schedule.hindsight if isinstance(schedule, HindsightSchedule) else None
         is_eog = (lambda token: False) if ignore_eog else target.is_eog
         policy, rng = VerificationPolicy.from_sampling(params), params.rng()
         greedy = policy.greedy
@@ -226,6 +227,8 @@ class SpeculativeDecoder:
                 else:
                     schedule.observe(drafted, len(proposal.tokens), n_acc, len(new), greedy,
                                      t_verify - t_round, t_end - t_verify, first_matched=first_matched)
+                    if hindsight is not None:
+                        hindsight(drafted, len(proposal.tokens), n_acc, new, greedy)
                 if stop_reason is None:
                     if len(context) - len(prompt) >= max_new_tokens:
                         stop_reason = "length"
@@ -261,8 +264,11 @@ class SpeculativeDecoder:
         schedule = self.schedule
         # The drafter takes all their tokens in one call (it was asked about none of them).
         self.drafter.accept(0, [token for committed, _, _ in untold for token in committed])  # type: ignore[union-attr]
+        hindsight = schedule.hindsight if isinstance(schedule, HindsightSchedule) else None
         for committed, draft_seconds, verify_seconds in untold:
             schedule.observe(NO_PROPOSAL, 0, 0, len(committed), greedy, draft_seconds, verify_seconds)
+            if hindsight is not None:
+                hindsight(NO_PROPOSAL, 0, 0, committed, greedy)
         untold.clear()
 
     def _remember(self) -> None:

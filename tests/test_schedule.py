@@ -443,6 +443,121 @@ def test_the_decoder_reports_whether_a_declined_proposals_first_token_was_right(
     assert matches == {True, False}  # both outcomes occurred on this trace
 
 
+def test_hindsight_outcomes_teach_the_pooled_shifts_of_later_tokens_not_the_bucket_counts():
+    """Outcomes seen in hindsight count in their slot group (position 1-3: later, 4 on: deep) at the
+    weight given, in the pooled calibration only. Fails if they went to the first tokens' slots, into
+    the buckets' own counts, or at full weight."""
+    n = 2
+    copies, ends = AcceptanceModel([0.5, 0.3]), AcceptanceModel([0.5, 0.3])
+    for _ in range(10):
+        copies.update_hindsight([(0, True, 1), (0, True, 2), (0, True, 4)], 0.5)
+        ends.update_hindsight([(0, False, 1), (0, False, 4)], 0.5)
+    for model in (copies, ends):
+        assert model.observations == [0, 0]
+        hits, outcomes = model.counts()
+        assert outcomes[0] == 0 and outcomes[n] == pytest.approx(10.0 if model is copies else 5.0)
+        assert outcomes[2 * n] == pytest.approx(5.0)
+    hits, _ = copies.counts()
+    assert hits[n] == pytest.approx(10.0) and hits[2 * n] == pytest.approx(5.0)
+    _, _, d1, d2 = copies.fitted()
+    assert d1 > 0.5 and d1 + d2 > 0.5 and copies.confidence(0, 4) > copies.confidence(0, 0)
+    _, _, d1, d2 = ends.fitted()
+    assert d1 < -0.5 and ends.confidence(0, 4) < ends.confidence(0, 0)
+
+
+def _lookup_schedule(**constants) -> AdaptiveSchedule:
+    costs = curve_profile("linear")
+    priors = [0.9, 0.9]
+    return AdaptiveSchedule(16, target_costs=costs, free_drafter=True, priors={True: priors, False: priors},
+                            constants=ScheduleConstants(unverified_band=1.0, **constants))
+
+
+def _hindsight_counts(schedule: AdaptiveSchedule) -> tuple[float, float, float, float]:
+    """(hits, outcomes) of bucket 0's later and deep slots."""
+    hits, outcomes = schedule.models[True].counts()
+    return hits[2], outcomes[2], hits[4], outcomes[4]
+
+
+def test_a_declined_proposal_is_followed_in_hindsight_up_to_its_first_wrong_token():
+    """Greedy prompt lookup: a look whose first token was right is followed against the tokens the next
+    plain steps commit; each is an outcome at its position, the first wrong one the last. Fails if the
+    proposal was not followed, followed past a wrong token, or followed again after it."""
+    schedule = _lookup_schedule()
+    look = DraftProposal(tokens=(10, 11, 12, 13, 14, 15, 16), buckets=(0,) * 7)
+    schedule.observe(look, 0, 0, 1, True, 0.0, 1e-3, first_matched=True)
+    schedule.hindsight(look, 0, 0, [10], True)
+    assert _hindsight_counts(schedule) == (0, 0, 0, 0)  # (the first token: observe counted it)
+    for token in (11, 12, 13, 14):  # positions 1-3: later; 4: deep
+        schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 1e-3)
+        schedule.hindsight(NO_PROPOSAL, 0, 0, [token], True)
+    assert _hindsight_counts(schedule) == pytest.approx((1.5, 1.5, 0.5, 0.5))  # (half an outcome each)
+    for token in (99, 16, 17):  # position 5 is wrong: the proposal is left there
+        schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 1e-3)
+        schedule.hindsight(NO_PROPOSAL, 0, 0, [token], True)
+    assert _hindsight_counts(schedule) == pytest.approx((1.5, 1.5, 0.5, 1.0))
+
+
+def test_hindsight_counts_only_what_plain_steps_commit_and_only_greedy_lookup():
+    """A verified round's tokens taught their own slots: following goes on through them uncounted. A
+    fully accepted round is followed from past its bonus token. Sampled runs, a costly drafter (a draft
+    model) and hindsight_weight=0 follow nothing. Fails if verified tokens were counted twice, or if
+    any of those followed."""
+    schedule = _lookup_schedule()
+    copy = DraftProposal(tokens=tuple(range(20, 40)), buckets=(0,) * 20)
+    again = DraftProposal(tokens=tuple(range(25, 40)), buckets=(0,) * 15)
+    # bonus 24 = the copy's 5th token: followed from its 6th; the next round verifies 3 more of it
+    for proposal, verified, committed in ((copy, 4, [20, 21, 22, 23, 24]), (again, 3, [25, 26, 27, 28])):
+        schedule.observe(proposal, verified, verified, verified + 1, True, 0.0, 1e-3)
+        counted = _hindsight_counts(schedule)  # (what verifying taught)
+        schedule.hindsight(proposal, verified, verified, committed, True)
+        assert _hindsight_counts(schedule) == counted
+    schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 1e-3)
+    schedule.hindsight(NO_PROPOSAL, 0, 0, [29], True)  # a plain step: the copy's 10th token, deep
+    assert np.subtract(_hindsight_counts(schedule), counted) == pytest.approx((0, 0, 0.5, 0.5))
+
+    look = DraftProposal(tokens=(10, 11, 12), buckets=(0,) * 3)
+    for schedule, greedy in ((_lookup_schedule(), False), (_lookup_schedule(hindsight_weight=0.0), True),
+                             (AdaptiveSchedule(16, target_costs=curve_profile("linear"),
+                                               draft_costs=CostProfile({1: 1e-4}), priors={True: [0.9, 0.9]},
+                                               constants=ScheduleConstants(unverified_band=1.0)), True)):
+        schedule.observe(look, 0, 0, 1, greedy, 0.0, 1e-3, first_matched=True)
+        schedule.hindsight(look, 0, 0, [10], greedy)
+        for token in (11, 12):
+            schedule.observe(NO_PROPOSAL, 0, 0, 1, greedy, 0.0, 1e-3)
+            schedule.hindsight(NO_PROPOSAL, 0, 0, [token], greedy)
+        assert _hindsight_counts(schedule)[1::2] == (0, 0)
+
+
+def test_the_decoder_tells_a_hindsight_schedule_every_committed_token_in_order():
+    """Rounds the schedule ran as a pause are told afterwards, with their tokens, as the others right
+    after observe: the tokens told, in order, are the output. Fails if a pause's tokens were left out
+    or told out of order."""
+    from specdec_gguf.drafters import PromptLookupDrafter
+    from specdec_gguf.engines.simulated import VirtualClock
+    from specdec_gguf.schedule import HindsightSchedule
+
+    class Pausing(FixedSchedule):
+        def __init__(self):
+            super().__init__(4)
+            self.told, self.asked = [], 0
+
+        def plain_rounds(self):
+            self.asked += 1
+            return 3 if self.asked % 2 else 0
+
+        def hindsight(self, proposal, verified, accepted, committed, greedy):
+            self.told.append((proposal, tuple(committed)))
+
+    assert isinstance(Pausing(), HindsightSchedule)
+    trace = TRACES[0]
+    clock = VirtualClock()
+    schedule = Pausing()
+    out = SpeculativeDecoder(trace.target(curve_profile("linear"), clock), PromptLookupDrafter(),
+                             schedule=schedule, clock=clock).generate(trace.prompt, 100, ignore_eog=True).tokens
+    assert [t for _, committed in schedule.told for t in committed] == out
+    assert sum(proposal is NO_PROPOSAL for proposal, _ in schedule.told) >= 30  # the pauses' rounds
+
+
 def test_sampled_declined_proposals_report_their_chance_and_change_no_token(tiny_engines):
     """Sampled, a declined proposal's round draws its token as a plain step would (the same generator
     draws: seeded output equal to plain decoding's), and the schedule hears the chance its first
