@@ -138,7 +138,8 @@ class ScheduleConstants:
     # them would have shown, each as this share of an outcome (0: not followed). Without them a run
     # that only looks learns nothing of its proposals' later tokens, and a few verified rounds swing the
     # pooled shifts d1, d2. Side by side on Gemma 3 270M (Q4_K_M, Q8_0, F16; 1 and 2 threads; 64 and 256
-    # tokens) 16 rows moved 0.985x-1.091x, 1.017x geomean; simulated, the steep one-thread curves'
+    # tokens) 16 rows moved 0.985x-1.091x, 1.017x geomean, but Q8_0's 64-token default set at 1 thread
+    # (the steepest curve) lost 6-7% in two repeated runs; simulated, the steep one-thread curves'
     # worst traces lost 1-3% (a bet taken sooner) while the two-thread ones gained up to 19%. At 1 (as
     # much as a verified token, though the same tokens teach the proposals that draft them again) Q8_0's
     # one-thread worst lost more (simulated 0.969x -> 0.927x plain); counting a fully accepted round's
