@@ -142,6 +142,7 @@ class SpeculativeDecoder:
     def _rounds(self, prompt: list[int], max_new_tokens: int, params: SamplingParams,
                 stops: frozenset[int], ignore_eog: bool, check_on_resume: bool = True) -> Iterator[RoundEvent]:
         target, drafter, schedule, clock = self.target, self.drafter, self.schedule, self.clock
+        # (resolved once a generation: a runtime protocol check costs 3-7 us)
         hindsight = schedule.hindsight if isinstance(schedule, HindsightSchedule) else None
         is_eog = (lambda token: False) if ignore_eog else target.is_eog
         policy, rng = VerificationPolicy.from_sampling(params), params.rng()
@@ -169,7 +170,7 @@ class SpeculativeDecoder:
                 k = 0
                 if drafter is not None and not plain_left:
                     if untold:
-                        self._tell(untold, greedy)
+                        self._tell(untold, greedy, hindsight)
                     plain_left = schedule.plain_rounds()
                     if not plain_left:
                         k = min(schedule.next_k(room), room)
@@ -236,7 +237,7 @@ class SpeculativeDecoder:
                         stop_reason = "context"
                 if stop_reason is not None:
                     if untold:
-                        self._tell(untold, greedy)
+                        self._tell(untold, greedy, hindsight)
                     if self._calibration_key is not None:
                         self._remember()
                 # The schedule learning from the round (and the last round's remembering) is drafting's
@@ -249,7 +250,7 @@ class SpeculativeDecoder:
                     return
                 if check_on_resume and not _holds(target, mirror[: len(context) - 1]):
                     if untold:
-                        self._tell(untold, greedy)  # (before the drafter starts again from the context)
+                        self._tell(untold, greedy, hindsight)  # (before the drafter starts again from the context)
                     self._resync(context)  # another generation used the engine while this one was paused
         except GeneratorExit:
             # Closed (or garbage-collected) while paused at a yield: the caches were consistent
@@ -259,12 +260,12 @@ class SpeculativeDecoder:
             self._restore(context)
             raise
 
-    def _tell(self, untold: list[tuple[list[int], float, float]], greedy: bool) -> None:
+    def _tell(self, untold: list[tuple[list[int], float, float]], greedy: bool,
+              hindsight: Callable[[DraftProposal, int, int, Sequence[int], bool], None] | None) -> None:
         """Tell the drafter and the schedule about plain rounds run without them, in order (and forget them)."""
         schedule = self.schedule
         # The drafter takes all their tokens in one call (it was asked about none of them).
         self.drafter.accept(0, [token for committed, _, _ in untold for token in committed])  # type: ignore[union-attr]
-        hindsight = schedule.hindsight if isinstance(schedule, HindsightSchedule) else None
         for committed, draft_seconds, verify_seconds in untold:
             schedule.observe(NO_PROPOSAL, 0, 0, len(committed), greedy, draft_seconds, verify_seconds)
             if hindsight is not None:

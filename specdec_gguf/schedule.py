@@ -632,6 +632,11 @@ class AdaptiveSchedule:
             return first_matched >= self.min_confidence()
         return bool(first_matched)
 
+    def _teaches_unverified(self, model: AcceptanceModel, bucket: int) -> bool:
+        """Whether a declined prompt-lookup proposal starting in ``bucket`` is near enough what may be
+        verified for its unverified outcomes to teach the calibration (ScheduleConstants.unverified_band)."""
+        return model.confidence(bucket) >= self.min_confidence() - self.c.unverified_band
+
     def hindsight(self, proposal: DraftProposal, verified: int, accepted: int, committed: Sequence[int],
                   greedy: bool) -> None:
         """Greedy prompt lookup: follow a proposal's tokens that were not verified against the tokens the
@@ -663,8 +668,8 @@ class AdaptiveSchedule:
         if buckets is None or accepted < verified or len(drafted) <= verified + 1 or len(committed) <= verified \
                 or drafted[verified] != committed[verified]:
             return  # (nothing left to follow, or it already differs: a rejection, a wrong look, a wrong bonus)
-        if not verified and model.confidence(buckets[0]) < self.min_confidence() - self.c.unverified_band:
-            return  # (a declined short match: as in observe, its outcomes would drag the long ones down)
+        if not verified and not self._teaches_unverified(model, buckets[0]):
+            return  # (a declined short match: its outcomes would drag the long ones down)
         self._followed = (drafted, buckets, verified + 1)
 
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
@@ -715,8 +720,8 @@ class AdaptiveSchedule:
                     self._first_scale = 1.0
         if verified:
             self.models[greedy].update(list(buckets[:verified]), accepted)
-        elif first_matched is not None and (not self.free_drafter or self.models[greedy].confidence(buckets[0])
-                                            >= self.min_confidence() - self.c.unverified_band):
+        elif first_matched is not None and (not self.free_drafter
+                                            or self._teaches_unverified(self.models[greedy], buckets[0])):
             # Free evidence, for the calibration only: a draft whose buckets say "don't verify" (a
             # random-weight draft is right 80% of the time at 0.05-0.3 probability) is otherwise
             # never verified, so never learns it could be. For prompt lookup only buckets
