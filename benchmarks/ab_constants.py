@@ -3,6 +3,7 @@
 Usage:
   python benchmarks/ab_constants.py CASE [--kind prompt-lookup|draft-model] [--threads 2] [-n 64]
                                     [--repeats 20] [--k 4,6] [--adaptive-k 16] [--set default] [--variant NAME:field=value,...] [--detail]
+                                    [--cache-from DIR]
 
 CASE: a tiny family of benchmarks/matrix.py (tiny-f32, tiny-wide, tiny-mid-q8, tiny-big-q8: written
 to a temporary folder) or a target GGUF path (``--draft`` for its draft model). A variant replaces
@@ -12,7 +13,8 @@ model's is 8); ``--detail`` adds where each arm's time goes (target passes per a
 
 Arms are interleaved as `specdec bench` interleaves its strategies (``benchmark.run_trials``: a fresh
 decoder per trial that prefills its prompt, as `specdec run` starts), on a built-in prompt set (`--set`), with
-one temporary user cache (cost profiles and remembered calibrations) for the whole run. Prints, per
+one temporary user cache (cost profiles and remembered calibrations) for the whole run, empty or a copy
+of ``--cache-from`` (a user cache folder: what its profiles and calibrations do to a run). Prints, per
 arm, its median throughput over plain's per prompt and their geomean: the ratios the docs quote as
 "side by side". Run it on an otherwise idle machine; the tiny models' ratios move 1-2% between
 processes, so repeat the command.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -74,6 +77,8 @@ def main() -> None:
                         help="also the shipped adaptive schedule with these bounds on a proposal (comma-separated)")
     parser.add_argument("--set", default="default", choices=list(PROMPT_SETS), help="built-in prompts")
     parser.add_argument("--variant", action="append", default=[], help="NAME:field=value,... (repeatable)")
+    parser.add_argument("--cache-from", type=Path,
+                        help="start from a copy of this user cache folder (its profiles/ and calibrations/)")
     parser.add_argument("--detail", action="store_true",
                         help="also print, per arm, where an answer's time goes (passes, the share outside llama.cpp)")
     args = parser.parse_args()
@@ -86,6 +91,8 @@ def main() -> None:
                    for k in [int(k) for k in args.adaptive_k.split(",") if k]]
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["SPECDEC_CACHE_DIR"] = str(Path(tmp) / "cache")  # (read when a decoder is made)
+        if args.cache_from is not None:
+            shutil.copytree(args.cache_from, Path(tmp) / "cache")
         if args.case in TINY:
             family = write_case(args.case, Path(tmp) / args.case)
             target_path, draft_path = family.target, family.draft

@@ -13,6 +13,8 @@ from collections import deque
 
 from .profile import CONTEXT_TOKENS, CostProfile
 
+STEADY_STEPS = 8  # plain steps after plain steps that say what a one-token pass costs now
+
 
 class VerifyCosts:
     """T(n), the seconds of a target pass over n tokens (n = 1 .. ``sizes``), and the switch.
@@ -61,6 +63,12 @@ class VerifyCosts:
             curve = self.profile.at_context(tokens)
             self._shape = [curve.cost(n) for n in range(1, self._sizes + 1)]
             self.stale = True
+
+    def steady_seconds(self) -> float | None:
+        """Median seconds of the plain steps after plain steps in the window, once there are
+        ``STEADY_STEPS`` of them (None: fewer): what a one-token pass costs now."""
+        steady = [t for n, t, switched in self._recent if n == 1 and not switched]
+        return statistics.median(steady) if len(steady) >= STEADY_STEPS else None
 
     def rounds_to_refresh(self, round_seconds: float) -> int:
         """About how many rounds of ``round_seconds`` each may be recorded from now before the table is

@@ -15,7 +15,7 @@ from .engine import DrafterEngine, SpeculativeEngine, check_tokens, reusable_pre
 from .errors import ConfigError, ContextOverflowError, SpecDecError
 from .proposal import NO_PROPOSAL, DraftProposal, VerificationPolicy
 from .sampling import SamplingParams
-from .profile import profile_for
+from .profile import distrust, profile_for
 from .schedule import AdaptiveSchedule, DraftSchedule, FixedSchedule, HindsightSchedule, ScheduleConstants
 from .settings import default_num_draft_tokens
 from .stats import SpecStats
@@ -84,6 +84,8 @@ class SpeculativeDecoder:
         self._calibration_key: str | None = None
         self._remembered = {True: 0, False: 0}  # outcomes already passed on to the cache, per policy
         self._passed: dict[bool, _calibrations.Counts] = {}  # per-slot counts at the last pass-on, per policy
+        # The schedule whose cached target profile a generation's end checks against the plain steps it ran.
+        self._profiled: AdaptiveSchedule | None = None
         if schedule is None:
             if not adaptive:
                 schedule = FixedSchedule(num_draft_tokens)
@@ -99,6 +101,7 @@ class SpeculativeDecoder:
                     priors={greedy: drafter.acceptance_priors(greedy) for greedy in (True, False)},
                     calibrations=_calibrations.recall(self._calibration_key),
                     constants=constants)
+                self._profiled = schedule if profile_cache and schedule.profile is not None else None
         self.schedule = schedule
 
     def generate(self, prompt_tokens: Sequence[int], max_new_tokens: int,
@@ -240,6 +243,10 @@ class SpeculativeDecoder:
                         self._tell(untold, greedy, hindsight)
                     if self._calibration_key is not None:
                         self._remember()
+                    busy = self._profiled.busy_profile() if self._profiled is not None else None
+                    if busy is not None:
+                        self._profiled = None  # (once: the cache asks the next run for a round more)
+                        distrust(busy)
                 # The schedule learning from the round (and the last round's remembering) is drafting's
                 # overhead too: a user waits for it.
                 t_done = clock()

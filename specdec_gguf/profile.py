@@ -38,6 +38,9 @@ CALIBRATION_BUDGET = 0.5  # seconds: a repeat round is skipped if it would end p
 # from each later run until it has them.
 FULL_ROUNDS = 2
 _NOISE = 100e-6  # seconds: how far apart two timings of the same tiny pass can be on a quiet machine
+# A run whose steady plain steps take at most this share of its profile's one-token pass says the
+# profile was timed in a busy moment (see distrust).
+BUSY_PROFILE = 0.9
 
 
 @dataclass
@@ -312,6 +315,19 @@ def write_cache_file(path: Path, data: dict) -> None:
         os.replace(tmp, path)
     except OSError:
         pass
+
+
+def distrust(profile: CostProfile) -> bool:
+    """A run's plain steps ran well under ``profile``'s one-token pass (``BUSY_PROFILE``): it was timed in
+    a busy moment, which slows that (memory-bound) pass most, so its ratios understate every verify pass.
+    The cached copy, if it is this measurement, asks the next run for a round more, whose fastest timings
+    it keeps (profile_for). Whether the cache was changed."""
+    cached = load_cached(profile.key) if profile.key else None
+    if cached is None or cached.measured_at != profile.measured_at or cached.rounds < FULL_ROUNDS:
+        return False  # (not cached, another measurement since, or already asking for a round)
+    cached.rounds = FULL_ROUNDS - 1
+    save(cached)
+    return True
 
 
 def profile_for(engine: SpeculativeEngine | None, *, use_cache: bool = True) -> CostProfile | None:

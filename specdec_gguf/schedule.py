@@ -21,7 +21,7 @@ from .confidence import AcceptanceModel
 from .costfit import DraftPrice, VerifyCosts
 from .errors import ConfigError
 from .guard import GainGuard
-from .profile import CostProfile
+from .profile import BUSY_PROFILE, CostProfile
 from .proposal import DraftProposal
 from .settings import MAX_CATCH_UP
 
@@ -376,6 +376,13 @@ class AdaptiveSchedule:
             self._min_conf = self._start_value = self._potential_cache = None
             self._unaffordable_until = 0.0
         return costs
+
+    def busy_profile(self) -> CostProfile | None:
+        """The target profile, if this run's steady plain steps ran well under its one-token pass
+        (``profile.BUSY_PROFILE``): it was timed in a busy moment (``profile.distrust``); else None."""
+        steady, profile = self._verify.steady_seconds(), self.profile
+        return profile if profile is not None and steady is not None and steady <= BUSY_PROFILE * profile.cost(1) \
+            else None
 
     def switch_cost(self) -> float:
         """Estimated seconds a plain step pays more right after a verify pass (0 before anything is known)."""

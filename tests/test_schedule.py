@@ -18,7 +18,8 @@ import pytest
 from specdec_gguf import ConfigError, DraftProposal, SpeculativeDecoder
 from specdec_gguf.proposal import NO_PROPOSAL
 from specdec_gguf.confidence import AcceptanceModel
-from specdec_gguf.profile import CALIBRATION_SIZES, CostProfile, load_cached, measure, profile_for, save
+from specdec_gguf.drafters import PromptLookupDrafter
+from specdec_gguf.profile import CALIBRATION_SIZES, CostProfile, distrust, load_cached, measure, profile_for, save
 from specdec_gguf.schedule import AdaptiveSchedule, DraftSchedule, FixedSchedule, ScheduleConstants
 from specdec_gguf.simulation import (CURVES, Trace, curve_profile, in_turn, remembered, simulate, simulate_run,
                                     synthetic_traces)
@@ -200,6 +201,29 @@ def test_a_profile_far_off_is_corrected_online():
         schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 1e-3)
     assert schedule.verify_cost(9) == pytest.approx(1e-3 * (1 + 0.5 * 8), rel=0.05)
     assert schedule.choose(proposal, True) == 0
+
+
+def test_a_run_tells_whether_its_profile_was_timed_in_a_busy_moment():
+    """Plain steps after plain steps well under the profile's one-token pass (0.8 of it: the profile was
+    timed while something else ran) say the profile is busy, once there are eight of them in the window;
+    as fast as profiled, or slower (load now, a longer context), they don't, and plain steps right after
+    a verify pass (they pay the switch) count for neither. Fails if the check read fewer steps, or any."""
+    profile = CostProfile({1: 12.5e-3, 2: 30e-3, 3: 36e-3, 5: 57e-3, 9: 70e-3})
+    proposal = DraftProposal(tokens=(1,) * 8, buckets=(0,) * 8)
+
+    def schedule_after(step, steps):
+        schedule = AdaptiveSchedule(8, target_costs=profile, free_drafter=True, priors={True: [0.8], False: [0.8]})
+        for _ in range(steps):
+            schedule.observe(proposal, 8, 8, 9, True, 0.0, 70e-3)  # (each step right after a verify pass)
+            schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, step)
+        for _ in range(steps):
+            schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, step)
+        return schedule
+
+    assert schedule_after(10e-3, 8).busy_profile() is profile
+    assert schedule_after(10e-3, 7).busy_profile() is None
+    assert schedule_after(12.5e-3, 8).busy_profile() is None
+    assert schedule_after(15e-3, 8).busy_profile() is None
 
 
 def _losing_rounds(schedule, rounds, accepted):
@@ -1095,6 +1119,27 @@ def test_a_profile_measured_in_one_round_gets_a_round_more_from_the_next_run(tin
     assert second.switch_seconds == pytest.approx(0.1e-3)
     third = profile_for(target)
     assert calls == [1] and third.from_cache and third.seconds == second.seconds  # complete: read, not measured
+
+
+def test_a_run_that_outpaces_its_cached_profile_asks_the_next_run_for_a_round_more(tiny_engines, tmp_path,
+                                                                                     monkeypatch):
+    """The cached profile's one-token pass is far slower than this run's plain steps (timed in a busy moment):
+    the generation's end marks the cached copy as measured in one round fewer, so the next decoder times a
+    round and keeps the fastest of each (profile_for); a profile as fast as the run is left alone, and so is
+    a cache entry another measurement replaced. Fails if a busy profile stayed cached for good."""
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    target, _ = tiny_engines
+    measured = profile_for(target, use_cache=False)
+    prompt = target.tokenize("one two three four five six seven eight nine ten")
+    for factor, told in ((10.0, True), (0.2, False)):
+        cached = CostProfile({n: s * factor for n, s in measured.seconds.items()}, key=target.profile_key)
+        save(cached)
+        decoder = SpeculativeDecoder(target, PromptLookupDrafter(), constants=ScheduleConstants(look_first=False))
+        assert decoder.schedule.profile.seconds == cached.seconds
+        decoder.generate(prompt, 48, ignore_eog=True)
+        assert load_cached(target.profile_key).rounds == (1 if told else 2)
+    replaced = CostProfile({n: s * 10 for n, s in measured.seconds.items()}, key=target.profile_key)
+    assert not distrust(replaced) and load_cached(target.profile_key).rounds == 2  # (not the cached measurement)
 
 
 def test_in_memory_engines_have_no_profile(target):
