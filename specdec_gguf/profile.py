@@ -107,11 +107,14 @@ class CostProfile:
     @property
     def plausible(self) -> bool:
         """Whether the curve looks measured on a quiet machine: a pass over more tokens costs no
-        less (within 10% + 100 µs: timer noise) and at most 1.5x more per token than a smaller one.
+        less (within 10% + 100 µs: timer noise) and at most twice as much per token as a smaller one.
         A profile measured while something else ran (a compile, a test suite) is not, and
-        caching it would mislead every later run with these settings."""
+        caching it would mislead every later run with these settings. (At most 1.5x per token, Gemma 3
+        270M Q8_0 at one thread failed it on a quiet machine: its 2-token pass costs 3.1 one-token
+        passes, another kernel; every run measured 4 rounds, 1.45 s, and cached nothing, while a run
+        whose one-token passes were slow, 20 ms instead of 16, passed in one round and was cached.)"""
         sizes = self._sizes
-        return all(0.9 * self.seconds[lo] - _NOISE <= self.seconds[hi] <= 1.5 * self.seconds[lo] * hi / lo + _NOISE
+        return all(0.9 * self.seconds[lo] - _NOISE <= self.seconds[hi] <= 2.0 * self.seconds[lo] * hi / lo + _NOISE
                    for lo, hi in zip(sizes, sizes[1:]))
 
     def context_slope(self, n: int) -> float:

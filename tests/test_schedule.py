@@ -1055,6 +1055,16 @@ def test_a_profile_measured_under_load_is_neither_cached_nor_read(tiny_engines, 
     assert load_cached(target.profile_key) is None  # but did not store it
 
 
+def test_a_curve_whose_two_token_pass_runs_another_kernel_is_plausible():
+    """Gemma 3 270M Q8_0 at one thread, on a quiet machine: a 2-token pass costs 3.1 one-token passes (llama.cpp
+    runs another kernel from 2 tokens on). That is plausible, so it is cached after its two rounds; a pass
+    over more than twice a smaller one's cost per token is not. Fails with a bound of 1.5x per token (every
+    run measured 4 rounds, 1.45 s, and cached nothing, while one whose one-token passes ran slow was cached)."""
+    q8 = {1: 16.05e-3, 2: 50.4e-3, 3: 59.1e-3, 5: 92.0e-3, 9: 113.3e-3}
+    assert CostProfile(q8).plausible
+    assert not CostProfile({**q8, 9: 2.1 * q8[5] * 9 / 5}).plausible
+
+
 def test_measuring_takes_more_rounds_while_the_curve_is_implausible(target, monkeypatch):
     """The first round's one-token pass is slowed by something else running: measure() goes on
     until the curve is plausible. Fails if it kept the first rounds' (implausible) minimum."""
