@@ -465,3 +465,31 @@ def test_copyable_runs_measure_each_answer_tokens_longest_copy_of_the_context_be
     assert oracle.copy_oracle_drafts(runs, k=8, min_run=2) == 3 + 1  # (the last token is always the target's)
     assert oracle.copy_oracle_drafts(runs, k=2, min_run=2) == 2 + 1
     assert oracle.copy_oracle_drafts(runs, k=8, min_run=4) == 0
+
+
+def test_ab_constants_gives_each_arm_a_calibration_store_of_its_own(tiny_engines, tmp_path, monkeypatch):
+    """benchmarks/ab_constants.py: a decoder made for an arm reads and writes that arm's calibration store
+    (each a copy of the one it starts from), not one shared by every arm, where each arm's run read what
+    the arm before it had just learned on the same prompt (two identical arms ran 1.215x and 1.317x plain).
+    Fails if the arms shared a store or one started empty."""
+    import specdec_gguf.benchmark as benchmark_module
+    import specdec_gguf.calibrations as calibrations_module
+    from specdec_gguf.benchmark import Strategy
+    from specdec_gguf.settings import DrafterSettings
+
+    ab = _benchmark("ab_constants")
+    monkeypatch.setattr(benchmark_module, "make_decoder", benchmark_module.make_decoder)  # (restored after)
+    monkeypatch.setattr(calibrations_module, "store_dir", calibrations_module.store_dir)
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+    start = tmp_path / "remembered"
+    start.mkdir()
+    (start / "pair.json").write_text("{}")
+    arms = [Strategy(name, DrafterSettings(kind="prompt-lookup")) for name in ("shipped", "variant")]
+    ab.own_stores(arms, tmp_path / "stores", start)
+    target, _ = tiny_engines
+    for arm in arms + arms[::-1]:
+        benchmark_module.make_decoder(target, arm.drafter)
+        assert calibrations_module.store_dir() == tmp_path / "stores" / arm.name
+        assert (calibrations_module.store_dir() / "pair.json").read_text() == "{}"
+    benchmark_module.make_decoder(target, DrafterSettings(kind="none"))  # (the warm-up's plain decoder)
+    assert calibrations_module.store_dir() not in {tmp_path / "stores" / arm.name for arm in arms}
