@@ -137,10 +137,12 @@ class ScheduleConstants:
     # the target commits next, up to the first that differs, and teach the calibration what verifying
     # them would have shown, each as this share of an outcome (0: not followed). Without them a run
     # that only looks learns nothing of its proposals' later tokens, and a few verified rounds swing the
-    # pooled shifts d1, d2. Side by side on Gemma 3 270M (Q4_K_M, Q8_0, F16; 1 and 2 threads; 64 and 256
-    # tokens) 16 rows moved 0.985x-1.091x, 1.017x geomean, but Q8_0's 64-token default set at 1 thread
-    # (the steepest curve) lost 6-7% in two repeated runs; simulated, the steep one-thread curves'
-    # worst traces lost 1-3% (a bet taken sooner) while the two-thread ones gained up to 19%. At 1 (as
+    # pooled shifts d1, d2. Side by side on Gemma 3 270M (Q4_K_M, Q8_0, F16; 1 and 2 threads; default
+    # and short sets, 64 tokens; a calibration store per arm) ten rows moved 0.939x-1.034x, 0.999x
+    # geomean, the worst prompt better in five rows (Q8_0 1 thread short 0.976x -> 1.036x plain) and
+    # worse in three (Q8_0's default set at 1 thread, the steepest curve, lost 2-6%); simulated, the
+    # steep one-thread curves' worst traces lost 1-3% (a bet taken sooner) while the two-thread ones
+    # gained up to 19%. At 1 (as
     # much as a verified token, though the same tokens teach the proposals that draft them again) Q8_0's
     # one-thread worst lost more (simulated 0.969x -> 0.927x plain); counting a fully accepted round's
     # bonus token too, chat-like synthetic answers that copy a little lost 10% (worst 0.971x -> 0.877x).
