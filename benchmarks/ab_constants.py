@@ -30,12 +30,15 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import specdec_gguf.benchmark as benchmark_module  # noqa: E402
 import specdec_gguf.calibrations as calibrations_module  # noqa: E402
 from specdec_gguf.benchmark import Strategy, run_trials, summarize  # noqa: E402
+from specdec_gguf.decoder import SpeculativeDecoder  # noqa: E402
+from specdec_gguf.engine import TextModel  # noqa: E402
 from specdec_gguf.factory import open_engine  # noqa: E402
 from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
 from specdec_gguf.schedule import ScheduleConstants  # noqa: E402
@@ -77,7 +80,7 @@ def own_stores(strategies: list[Strategy], root: Path, start_from: Path | None) 
     current = {"arm": "none"}
     make = benchmark_module.make_decoder
 
-    def make_decoder(target, drafter, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202 (a wrapper)
+    def make_decoder(target: TextModel, drafter: DrafterSettings, *args: Any, **kwargs: Any) -> SpeculativeDecoder:
         current["arm"] = arms.get(id(drafter), "none")  # (a trial generates right after its decoder is made)
         return make(target, drafter, *args, **kwargs)
 

@@ -142,10 +142,10 @@ class ScheduleConstants:
     # geomean, the worst prompt better in five rows (Q8_0 1 thread short 0.976x -> 1.036x plain) and
     # worse in three (Q8_0's default set at 1 thread, the steepest curve, lost 2-6%); simulated, the
     # steep one-thread curves' worst traces lost 1-3% (a bet taken sooner) while the two-thread ones
-    # gained up to 19%. At 1 (as
-    # much as a verified token, though the same tokens teach the proposals that draft them again) Q8_0's
-    # one-thread worst lost more (simulated 0.969x -> 0.927x plain); counting a fully accepted round's
-    # bonus token too, chat-like synthetic answers that copy a little lost 10% (worst 0.971x -> 0.877x).
+    # gained up to 19%. At 1 (as much as a verified token, though the same tokens teach the proposals
+    # that draft them again) Q8_0's one-thread worst lost more (simulated 0.969x -> 0.927x plain);
+    # counting a fully accepted round's bonus token too, chat-like synthetic answers that copy a little
+    # lost 10% (worst 0.971x -> 0.877x).
     hindsight_weight: float = 0.5
 
 
