@@ -39,8 +39,11 @@ CALIBRATION_BUDGET = 0.5  # seconds: a repeat round is skipped if it would end p
 FULL_ROUNDS = 2
 _NOISE = 100e-6  # seconds: how far apart two timings of the same tiny pass can be on a quiet machine
 # A run whose steady plain steps take at most this share of its profile's one-token pass says the
-# profile was timed in a busy moment (see distrust).
+# profile was timed in a busy moment (see distrust) ...
 BUSY_PROFILE = 0.9
+# ... and asks for a round more, at most this many times per cached profile: a machine whose plain steps
+# beat even the fastest one-token pass measure() times would otherwise have every run time a round.
+MAX_RECHECKS = 2
 
 
 @dataclass
@@ -67,6 +70,7 @@ class CostProfile:
     long_context: int = 0
     long_seconds: dict[int, float] = field(default_factory=dict)
     rounds: int = FULL_ROUNDS  # timing rounds whose fastest each entry is (see profile_for)
+    rechecks: int = 0  # times a run found it timed in a busy moment and asked for a round more (distrust)
     key: str = ""
     measured_at: float = field(default_factory=time.time)
     calibration_seconds: float = 0.0  # how long measuring took (0 when read from the cache)
@@ -162,7 +166,8 @@ class CostProfile:
             long = {n: min(self.long_seconds[n], other.long_seconds[n]) for n in self.long_seconds
                     if n in other.long_seconds}
         return CostProfile(seconds, switch_seconds=max(after - seconds[1], 0.0), key=self.key,
-                           long_context=context, long_seconds=dict(long), rounds=self.rounds + other.rounds)
+                           long_context=context, long_seconds=dict(long), rounds=self.rounds + other.rounds,
+                           rechecks=max(self.rechecks, other.rechecks))
 
     def ratios(self) -> dict[int, float]:
         """cost(n) / cost(1) for the measured sizes."""
@@ -170,6 +175,7 @@ class CostProfile:
 
     def as_dict(self) -> dict:
         return {"format": FORMAT, "key": self.key, "measured_at": self.measured_at, "rounds": self.rounds,
+                "rechecks": self.rechecks,
                 "calibration_seconds": self.calibration_seconds, "switch_seconds": self.switch_seconds,
                 "seconds": {str(n): s for n, s in sorted(self.seconds.items())},
                 "long_context": self.long_context,
@@ -182,6 +188,7 @@ class CostProfile:
                    long_context=int(data.get("long_context", 0)),
                    long_seconds={int(n): float(s) for n, s in data.get("long_seconds", {}).items()},
                    rounds=int(data.get("rounds", 1)),  # (not said: perhaps one, so a round more)
+                   rechecks=int(data.get("rechecks", 0)),
                    measured_at=float(data.get("measured_at", 0.0)), from_cache=True)
 
 
@@ -324,11 +331,13 @@ def distrust(profile: CostProfile) -> bool:
     """A run's plain steps ran well under ``profile``'s one-token pass (``BUSY_PROFILE``): it was timed in
     a busy moment, which slows that (memory-bound) pass most, so its ratios understate every verify pass.
     The cached copy, if it is this measurement, asks the next run for a round more, whose fastest timings
-    it keeps (profile_for). Whether the cache was changed."""
+    it keeps (profile_for), at most ``MAX_RECHECKS`` times. Whether the cache was changed."""
     cached = load_cached(profile.key) if profile.key else None
-    if cached is None or cached.measured_at != profile.measured_at or cached.rounds < FULL_ROUNDS:
-        return False  # (not cached, another measurement since, or already asking for a round)
+    if cached is None or cached.measured_at != profile.measured_at or cached.rounds < FULL_ROUNDS \
+            or cached.rechecks >= MAX_RECHECKS:
+        return False  # (not cached, another measurement since, already asking for a round, or asked enough)
     cached.rounds = FULL_ROUNDS - 1
+    cached.rechecks += 1
     save(cached)
     return True
 

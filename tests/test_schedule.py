@@ -19,7 +19,8 @@ from specdec_gguf import ConfigError, DraftProposal, SpeculativeDecoder
 from specdec_gguf.proposal import NO_PROPOSAL
 from specdec_gguf.confidence import AcceptanceModel
 from specdec_gguf.drafters import PromptLookupDrafter
-from specdec_gguf.profile import CALIBRATION_SIZES, CostProfile, distrust, load_cached, measure, profile_for, save
+from specdec_gguf.profile import (CALIBRATION_SIZES, MAX_RECHECKS, CostProfile, distrust, load_cached, measure,
+                                  profile_for, save)
 from specdec_gguf.schedule import AdaptiveSchedule, DraftSchedule, FixedSchedule, ScheduleConstants
 from specdec_gguf.simulation import (CURVES, Trace, curve_profile, in_turn, remembered, simulate, simulate_run,
                                     synthetic_traces)
@@ -1150,6 +1151,24 @@ def test_a_run_that_outpaces_its_cached_profile_asks_the_next_run_for_a_round_mo
         assert load_cached(target.profile_key).rounds == (1 if told else 2)
     replaced = CostProfile({n: s * 10 for n, s in measured.seconds.items()}, key=target.profile_key)
     assert not distrust(replaced) and load_cached(target.profile_key).rounds == 2  # (not the cached measurement)
+
+
+def test_a_profile_asks_for_a_round_more_at_most_twice(tmp_path, monkeypatch):
+    """Each distrust asks the next run for a round more, whose fastest timings it keeps (profile_for); a machine
+    whose plain steps beat even the fastest one-token pass ever timed stops asking after MAX_RECHECKS, rather
+    than have every run time a round. Fails if distrust asked without end."""
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    save(CostProfile({1: 1e-3, 2: 1.5e-3, 9: 4e-3}, key="k"))
+    asked = []
+    for _ in range(MAX_RECHECKS + 1):
+        cached = load_cached("k")
+        asked.append(distrust(cached))
+        remeasured = load_cached("k")
+        if asked[-1]:
+            assert remeasured.rounds == 1  # (what profile_for tops up with a round, as below)
+            save(remeasured.combined(CostProfile({1: 1e-3, 2: 1.5e-3, 9: 4e-3}, rounds=1)))
+    assert asked == [True] * MAX_RECHECKS + [False]
+    assert load_cached("k").rounds == 2
 
 
 def test_in_memory_engines_have_no_profile(target):
