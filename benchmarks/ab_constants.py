@@ -70,6 +70,12 @@ def parse_variant(spec: str) -> tuple[str, ScheduleConstants]:
     return name, dataclasses.replace(shipped, **changes)
 
 
+def use_store(root: Path, arm: str) -> None:
+    """Point this process's calibration store at ``root/arm``: the decoders made after it read and write
+    their remembered calibrations there (see own_stores)."""
+    calibrations_module.store_dir = lambda: root / arm
+
+
 def own_stores(strategies: list[Strategy], root: Path, start_from: Path | None) -> None:
     """Give each strategy's decoders a calibration store of their own under ``root`` (a copy of
     ``start_from`` where given), for this process. Shared, each arm's run read what the arm before it
@@ -77,18 +83,16 @@ def own_stores(strategies: list[Strategy], root: Path, start_from: Path | None) 
     64 tokens, 8 repeats) ran 1.215x and 1.317x plain, config-edit 0.859x and 1.203x; with a store
     each, 1.304x and 1.294x."""
     arms = {id(s.drafter): s.name for s in strategies}
-    current = {"arm": "none"}
     make = benchmark_module.make_decoder
 
     def make_decoder(target: TextModel, drafter: DrafterSettings, *args: Any, **kwargs: Any) -> SpeculativeDecoder:
-        current["arm"] = arms.get(id(drafter), "none")  # (a trial generates right after its decoder is made)
+        use_store(root, arms.get(id(drafter), "none"))  # (a trial generates right after its decoder is made)
         return make(target, drafter, *args, **kwargs)
 
     for name in arms.values():
         if start_from is not None and start_from.is_dir():
             shutil.copytree(start_from, root / name)
     benchmark_module.make_decoder = make_decoder
-    calibrations_module.store_dir = lambda: root / current["arm"]
 
 
 def main() -> None:

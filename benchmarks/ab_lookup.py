@@ -12,7 +12,8 @@ Arms, interleaved per prompt and repeat as `specdec bench` interleaves its strat
 each ``--arm`` (adaptive prompt lookup with those ``PromptLookupDrafter`` attributes set, values as Python
 literals), and the shipped drafter last. A fresh decoder per trial whose engine prefills the prompt (as
 `specdec run` starts), in one temporary user cache: cost profiles are shared, remembered calibrations only
-with ``--remember`` (else every run is a first run). Prints per prompt each arm's median throughput over
+with ``--remember`` (else every run is a first run), each arm its own (shared, the shipped arm read what the
+arm before it had just learned on the same prompt: ab_constants.own_stores). Prints per prompt each arm's median throughput over
 plain's (≠: an answer that is not plain decoding's), shipped over the first arm, and the geomeans.
 ``--temp``: every arm samples at that temperature (fresh draws per trial; plain decoding's answer is then no
 reference, so no ≠ marks). ``--exact`` loads the target in exact mode (a GGML_LLAMAFILE=OFF build:
@@ -38,6 +39,7 @@ from specdec_gguf.factory import make_decoder, open_engine  # noqa: E402
 from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
 from specdec_gguf.sampling import SamplingParams  # noqa: E402
 from specdec_gguf.settings import DrafterSettings, EngineSettings  # noqa: E402
+from ab_constants import use_store  # noqa: E402
 
 SHIPPED = "shipped"
 
@@ -85,6 +87,7 @@ def run(model: Path, arms: dict[str, dict[str, Any]], *, threads: int, n: int, s
         remember: bool, exact: bool, only: str | None = None, temperature: float = 0.0) -> None:
     """Time plain decoding, each arm and the shipped drafter on the prompts of ``sets``, and print the ratios."""
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="specdec-ab-lookup-")
+    stores = Path(os.environ["XDG_CACHE_HOME"]) / "stores"
     target = open_engine(EngineSettings(model=model, n_ctx=2048, n_threads=threads, exact=exact))
     prompts = [(pid, tokens) for pid, _, tokens in built_in_prompts(target, sets, only)]
     make_decoder(target, DrafterSettings(kind="none")).generate(prompts[0][1], 32, ignore_eog=True)  # warm up
@@ -96,6 +99,7 @@ def run(model: Path, arms: dict[str, dict[str, Any]], *, threads: int, n: int, s
     for rep in range(repeats):
         for pid, tokens in prompts:
             for strategy, arm in zip(strategies, settings.values()):
+                use_store(stores, strategy.name)  # (each arm its own: see ab_constants.own_stores)
                 decoder = make_decoder(target, strategy.drafter, remember=remember)
                 for key, value in (arm or {}).items():
                     setattr(decoder.drafter, key, value)
