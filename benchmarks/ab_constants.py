@@ -89,8 +89,8 @@ def own_stores(strategies: list[Strategy], root: Path, start_from: Path | None) 
         use_store(root, arms.get(id(drafter), "none"))  # (a trial generates right after its decoder is made)
         return make(target, drafter, *args, **kwargs)
 
-    for name in arms.values():
-        if start_from is not None and start_from.is_dir():
+    if start_from is not None and start_from.is_dir():
+        for name in arms.values():
             shutil.copytree(start_from, root / name)
     benchmark_module.make_decoder = make_decoder
 

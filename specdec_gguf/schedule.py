@@ -383,6 +383,8 @@ class AdaptiveSchedule:
         """The target profile, if this run's steady plain steps ran well under its one-token pass
         (``profile.BUSY_PROFILE``): it was timed in a busy moment (``profile.distrust``); else None."""
         steady, profile = self._verify.steady_seconds(), self.profile
+        # (Against the short-context one-token pass, not the curve at this context: a longer context only
+        # makes steps dearer, so beating even that says the profile's T(1) was slow.)
         return profile if profile is not None and steady is not None and steady <= BUSY_PROFILE * profile.cost(1) \
             else None
 
