@@ -46,12 +46,75 @@ def test_choose_maximises_expected_tokens_minus_their_cost(curve):
     rng = np.random.default_rng(1)
     priors = list(rng.uniform(0.05, 0.99, size=12))
     schedule = AdaptiveSchedule(16, target_costs=costs, free_drafter=True, priors={True: priors, False: priors},
-                                constants=ScheduleConstants(first_verify_cap=16))  # no ramp-up: the rule itself
+                                constants=ScheduleConstants(first_verify_cap=16,  # no ramp-up: the rule itself
+                                                            split_passes=False))  # (one pass: see below)
     for _ in range(50):
         buckets = tuple(int(b) for b in rng.integers(0, 12, size=int(rng.integers(1, 17))))
         proposal = DraftProposal(tokens=tuple(range(len(buckets))), buckets=buckets)
         expected = brute_force_k([priors[b] for b in buckets], costs, 1 / costs.cost(1), schedule.c.margin)
         assert schedule.choose(proposal, True) == expected
+
+
+def brute_force_first_of_two(confidences, costs, lam, margin, longest):
+    """Of the j <= ``longest`` drafted tokens a first pass may verify, the one that maximises its own
+    E - lam * T plus, once the first j + 1 proposal tokens are the target's, the best second pass
+    over the rest (at most ``longest`` tokens) where that beats the margin; two passes must beat one
+    pass of ``longest`` by the margin too."""
+    def value(start, k):  # E - lam * T of verifying k tokens from ``start`` tokens in, given those
+        return 1.0 + sum(np.prod(confidences[start:start + j]) for j in range(1, k + 1)) - lam * costs.cost(k + 1)
+
+    best_j, best = longest, None
+    for j in range(longest, 0, -1):
+        total = value(0, j)
+        rest = min(longest, len(confidences) - j - 1)
+        if rest >= 1:
+            later = max(value(j + 1, m) for m in range(1, rest + 1))
+            total += np.prod(confidences[:j + 1]) * max(0.0, later - margin)
+        if best is None:
+            best = total + margin
+        elif total > best + 1e-12:
+            best_j, best = j, total
+    return best_j
+
+
+@pytest.mark.parametrize("curve", sorted(CURVES))
+def test_prompt_lookup_verifies_a_copy_in_two_passes_where_that_gains_more(curve):
+    """A free drafter proposes the rest of a copy again for nothing, so choose() weighs verifying its
+    first part now and the rest next round against one pass. Fails if the second pass were ignored
+    (one pass: the rule above), started without the target's own next token (the bonus) being the
+    proposal's, or counted without beating an average round by the margin."""
+    costs = curve_profile(curve)
+    rng = np.random.default_rng(2)
+    priors = list(rng.uniform(0.6, 0.995, size=12))  # copies: sure tokens, where two passes can matter
+    schedule = AdaptiveSchedule(16, target_costs=costs, free_drafter=True, priors={True: priors, False: priors},
+                                constants=ScheduleConstants(first_verify_cap=16))
+    lam, margin = 1 / costs.cost(1), schedule.c.margin
+    for _ in range(60):
+        buckets = tuple(int(b) for b in rng.integers(0, 12, size=int(rng.integers(2, 17))))
+        confidences = [priors[b] for b in buckets]
+        one_pass = brute_force_k(confidences, costs, lam, margin)
+        expected = brute_force_first_of_two(confidences, costs, lam, margin, one_pass) if one_pass > 1 else one_pass
+        assert schedule.choose(DraftProposal(tokens=tuple(range(len(buckets))), buckets=buckets), True) == expected
+
+
+def test_two_passes_shorten_long_bets_on_steep_curves_only():
+    """A 16-token copy, each token 0.98 sure: on exact kernels at one thread (a 15-token pass costs
+    ~13 one-token passes) one pass of 14 bets far more than a first pass of 8 risks (the rest verified
+    next round); where passes are nearly free (a GPU) one pass of all of it is best; a draft model's
+    proposal (its rest is not proposed again for nothing) is verified as one pass. Fails without the
+    two-pass rule or if it also split this copy on a flat curve."""
+    steep = CostProfile({1: 1.0, 2: 2.075, 3: 2.807, 5: 4.39, 9: 7.147, 17: 13.145})
+    proposal = DraftProposal(tokens=tuple(range(16)), buckets=(0,) * 16)
+
+    def chosen(costs, split=True, free=True):
+        constants = ScheduleConstants(first_verify_cap=16, split_passes=split)
+        return AdaptiveSchedule(16, target_costs=costs, free_drafter=free, priors={True: [0.98], False: [0.98]},
+                                constants=constants).choose(proposal, True)
+
+    assert 0 < chosen(steep) < chosen(steep, split=False)
+    assert chosen(steep, free=False) == chosen(steep, split=False, free=False)
+    flat = curve_profile("gpu-like")
+    assert chosen(flat) == chosen(flat, split=False) == 16
 
 
 def test_linear_costs_never_verify_an_uncertain_token():
@@ -749,8 +812,9 @@ def test_prompt_lookup_never_loses_as_a_users_calibration_store_evolves(curve):
 
 def test_a_remembered_calibration_taken_whole_loses_in_turn():
     """Negative control: a calibration taught by copies, taken whole at the first refit, bets 16-33-token
-    passes on an answer that edits every ~7th token (big-q8: ~0.90x plain)."""
-    whole = ScheduleConstants(lookup_weighs_remembered=False)
+    passes on an answer that edits every ~7th token (big-q8: ~0.90x plain). In one pass each: verifying
+    such a copy in two passes hedges those bets too (1.02x)."""
+    whole = ScheduleConstants(lookup_weighs_remembered=False, split_passes=False)
     runs = in_turn(TRACES, lambda trace, stored: simulate_run(trace, "big-q8", 64, None, calibrations=stored,
                                                                constants=whole))
     worst = min(simulate(t, "big-q8", 64, 0) / runs[t.id].seconds for t in TRACES)
