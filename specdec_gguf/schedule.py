@@ -640,7 +640,7 @@ class AdaptiveSchedule:
         priced = [lam * cost for cost in costs[:k + 1]]
         stride = max(1, k // 12)  # (at most ~13 x 13 pairs: this runs in the decode loop)
         best_j, best = k, 0.0
-        for j in sorted({*range(1, k, stride), k}, reverse=True):  # (k first)
+        for j in range(k, 0, -stride):  # (k first)
             r = reach[j]
             value = expected[j] - priced[j] - lam * entry * (1.0 - r)
             # The rest is proposed again once all j are kept and the target's own next token is the
@@ -651,7 +651,7 @@ class AdaptiveSchedule:
             if s < n and reach[s] > 0.0:
                 base, scale, later = expected[s], 1.0 / reach[s], margin
                 top = min(k, n - s)
-                for m in (*range(1, top, stride), top):
+                for m in range(top, 0, -stride):
                     v = 1.0 + (expected[s + m] - base) * scale - priced[m]
                     if v > later:
                         later = v
