@@ -2,6 +2,7 @@
 
 Usage:
   python benchmarks/matrix.py --gemma $G [--threads 1,2] [-n 64,256] [--repeats 3] [--peer-bin PATH] [--out m.json]
+                              [--exact]
                              [--temp 0.8]  (sampled: every strategy samples; llama.cpp's peers, greedy only, are left out)
 
 Cases (each: plain, fixed k, adaptive; a fresh decoder per trial, as `specdec run`):
@@ -69,9 +70,10 @@ def strategies(kind: str, ks: list[int]) -> list[Strategy]:
 
 
 def run_case(name: str, target_path: Path, draft_path: Path | None, kind: str, prompt_set: str, n: int,
-             threads: int, repeats: int, peers: list, sampling: SamplingParams = SamplingParams()) -> dict:
+             threads: int, repeats: int, peers: list, sampling: SamplingParams = SamplingParams(),
+             exact: bool = False) -> dict:
     ks = [1, 2, 4, 8] + ([16] if kind == "prompt-lookup" else [])
-    target = open_engine(EngineSettings(model=target_path, n_ctx=2048, n_threads=threads))
+    target = open_engine(EngineSettings(model=target_path, n_ctx=2048, n_threads=threads, exact=exact))
     draft = open_engine(EngineSettings(model=draft_path, n_ctx=2048, n_threads=threads)) if draft_path else None
     prompts = [(pid, text) for pid, _, text in PROMPT_SETS[prompt_set]]
     try:
@@ -117,16 +119,17 @@ def run_case(name: str, target_path: Path, draft_path: Path | None, kind: str, p
 
 
 def lookup_rows(name: str, model: Path, plan: list[tuple[str, int]], threads: list[int], repeats: int,
-                peer_bin: Path | None, sampling: SamplingParams) -> list[dict]:
+                peer_bin: Path | None, sampling: SamplingParams, exact: bool = False) -> list[dict]:
     """Prompt lookup on a real model: a row per thread count and (prompt set, tokens) of ``plan``, with
     llama.cpp's n-gram modes as peers except on the short set (chat answers: the tables compare them on
     grounded prompts)."""
     rows = []
     for t in threads:
         for prompt_set, n in plan:
-            peers = [LlamaCppPeer(peer_bin, model, mode, threads=t) for mode in NGRAM_MODES] \
+            peers = [LlamaCppPeer(peer_bin, model, mode, threads=t, exact=exact) for mode in NGRAM_MODES] \
                 if peer_bin and prompt_set != "short" else []
-            rows.append(run_case(name, model, None, "prompt-lookup", prompt_set, n, t, repeats, peers, sampling))
+            rows.append(run_case(name, model, None, "prompt-lookup", prompt_set, n, t, repeats, peers, sampling,
+                                 exact=exact))
     return rows
 
 
@@ -141,6 +144,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("matrix.json"))
     parser.add_argument("--temp", type=float, default=0.0, help="sample at this temperature (0: greedy)")
     parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: fresh draws per trial)")
+    parser.add_argument("--exact", action="store_true",
+                        help="targets (and llama.cpp's peers) in exact mode: every answer plain decoding's on a "
+                             "bit-invariant build (GGML_LLAMAFILE=OFF, docs/exactness.md)")
     args = parser.parse_args()
     sampling = SamplingParams(temperature=args.temp, seed=args.seed)
     peer_bin = args.peer_bin if sampling.greedy else None  # (llama.cpp's peers decode greedily)
@@ -158,15 +164,15 @@ def main() -> None:
                     peers = []
                     if peer_bin:
                         peers = [LlamaCppPeer(peer_bin, family.target, "draft-simple", draft=family.draft,
-                                              threads=t, draft_max=8)]
+                                              threads=t, draft_max=8, exact=args.exact)]
                     rows.append(run_case(name, family.target, family.draft, "draft-model", "default", n, t,
-                                         args.repeats, peers, sampling))
+                                         args.repeats, peers, sampling, exact=args.exact))
                     rows.append(run_case(name, family.target, None, "prompt-lookup", "default", n, t,
-                                         args.repeats, [], sampling))
+                                         args.repeats, [], sampling, exact=args.exact))
         if args.gemma and (not only or "gemma" in only):
             rows += lookup_rows("gemma", args.gemma, [("short", lengths[0]), ("default", lengths[0]),
                                                       ("long", lengths[-1]), ("default", lengths[-1])],
-                                threads, args.repeats, peer_bin, sampling)
+                                threads, args.repeats, peer_bin, sampling, exact=args.exact)
         # Gemma at other quantizations: the same kind of answers on cost curves nobody tuned on.
         for name, file_type, kind in REQUANTIZED:
             if not args.gemma or (only and name not in only):
@@ -176,13 +182,14 @@ def main() -> None:
                 requantize(args.gemma, variant, file_type)
             if kind == "prompt-lookup":
                 rows += lookup_rows(name, variant, [("short", lengths[0]), ("default", lengths[0]),
-                                                    ("default", lengths[-1])], threads, args.repeats, peer_bin, sampling)
+                                                    ("default", lengths[-1])], threads, args.repeats, peer_bin, sampling,
+                                    exact=args.exact)
                 continue
             for t in threads:  # the original Q4_K_M drafts for its F16 requantization
                 peers = [LlamaCppPeer(peer_bin, variant, "draft-simple", draft=args.gemma, threads=t,
-                                      draft_max=8)] if peer_bin else []
+                                      draft_max=8, exact=args.exact)] if peer_bin else []
                 rows.append(run_case(name, variant, args.gemma, kind, "default", lengths[0], t, args.repeats,
-                                     peers, sampling))
+                                     peers, sampling, exact=args.exact))
     args.out.write_text(json.dumps(rows, indent=1))
     worst = min((v, r["case"], r["set"], r["n"], r["threads"], pid) for r in rows
                 for pid, v in r["adaptive_vs_plain"].items())

@@ -493,3 +493,37 @@ def test_ab_constants_gives_each_arm_a_calibration_store_of_its_own(tiny_engines
         assert (calibrations_module.store_dir() / "pair.json").read_text() == "{}"
     benchmark_module.make_decoder(target, DrafterSettings(kind="none"))  # (the warm-up's plain decoder)
     assert calibrations_module.store_dir() not in {tmp_path / "stores" / arm.name for arm in arms}
+
+
+def test_the_matrix_runs_its_targets_and_llama_cpp_peers_in_exact_mode_when_asked(monkeypatch):
+    """benchmarks/matrix.py --exact: every target it opens and every llama.cpp peer it runs is in exact mode
+    (on a bit-invariant build every answer is then plain decoding's, so a row compares the same text);
+    without it, neither is. Fails if the flag stopped short of the targets or the peers."""
+    from pathlib import Path
+
+    from specdec_gguf.sampling import SamplingParams
+
+    matrix = _benchmark("matrix")
+    opened = []
+
+    class Opened(Exception):
+        pass
+
+    def open_engine(settings):
+        opened.append(settings.exact)
+        raise Opened  # (what the case would run is not this test's)
+
+    monkeypatch.setattr(matrix, "open_engine", open_engine)
+    for exact in (False, True):
+        with pytest.raises(Opened):
+            matrix.run_case("gemma", Path("t.gguf"), None, "prompt-lookup", "default", 8, 1, 1, [], exact=exact)
+    assert opened == [False, True]
+
+    cases, peers = [], []
+    monkeypatch.setattr(matrix, "run_case", lambda *args, exact=False, **kwargs: cases.append(exact) or {})
+    monkeypatch.setattr(matrix, "LlamaCppPeer", lambda *args, exact=False, **kwargs: peers.append(exact))
+    for exact in (False, True):
+        matrix.lookup_rows("gemma", Path("g.gguf"), [("default", 8)], [1], 1, Path("peer"), SamplingParams(),
+                           exact=exact)
+    assert cases == [False, True]
+    assert peers == [False] * len(matrix.NGRAM_MODES) + [True] * len(matrix.NGRAM_MODES)
