@@ -149,10 +149,12 @@ class ScheduleConstants:
     hindsight_weight: float = 0.5
     # Prompt lookup: choose weighs verifying part of a proposal now and the rest next round (the copy is
     # proposed again for nothing) against verifying it all at once (AdaptiveSchedule._first_of_two): a
-    # hedge where one long pass costs nearly as much as two short ones. Side by side on Gemma 3 270M (six
-    # rows: Q4_K_M 1 and 2 threads and on exact kernels at 1, Q8_0 1 and 2, F16 1; a store per arm) the
-    # worst prompt, quote-article each time (its quotes end soon), gained in five rows (0.981x -> 1.105x,
-    # 0.934x -> 0.963x, 0.962x -> 1.027x plain) and lost 0.2% in one; the geomeans moved -2.7% to +3.7%.
+    # hedge where one long pass costs nearly as much as two short ones. Without timing noise (every recorded
+    # Gemma and tiny-pair suite) the worst traces rose in six rows (exact kernels at 1 thread 0.917x ->
+    # 0.936x plain), fell in one (0.977x -> 0.973x), geomean +0.08%. Side by side on Gemma 3 270M (nine rows
+    # over Q4_K_M, Q8_0 and F16, 1 and 2 threads; a store per arm) the geomeans moved -2.7% to +3.7% and the
+    # worst prompt (mostly quote-article, whose quotes end soon) rose in six, fell at most 0.5%: within the
+    # noise of such runs (docs/performance.md, "twenty-second").
     split_passes: bool = True
 
 
