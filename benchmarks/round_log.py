@@ -8,7 +8,8 @@ Usage:
 
 Each round prints what a costly drafter's start decision said (``next_k``: its start value and
 whether the round drafts), the proposal (length, the verify cap, the first buckets and their
-calibrated confidences, how many tokens ``choose`` verifies) and the outcome (verified, accepted,
+calibrated confidences, how many tokens ``choose`` verifies, and where it verifies fewer so that a second
+pass takes the rest, what one pass would have) and the outcome (verified, accepted,
 whether a declined proposal's first token was right), with the pooled calibration and, for a
 remembered one, the evidence for it. Then the run's ratio to plain decoding and to fixed k.
 ``--in-turn``: the run starts from what the traces' runs in turn left in the calibration store
@@ -30,6 +31,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -51,12 +53,22 @@ class RoundLog(AdaptiveSchedule):
                   f"since the last draft)")
         return k
 
+    _one_pass: int | None = None  # what one pass would have verified where choose verified less (two passes)
+
+    def _first_of_two(self, chain: Sequence[tuple[float, float]], costs: Sequence[float], lam: float,
+                      entry: float, k: int) -> int:
+        j = super()._first_of_two(chain, costs, lam, entry, k)
+        self._one_pass = k if j != k else None  # (choose prints it)
+        return j
+
     def choose(self, proposal: DraftProposal, greedy: bool) -> int:
+        self._one_pass = None
         k = super().choose(proposal, greedy)
         model = self.models[greedy]
         buckets = list(proposal.buckets or range(len(proposal.tokens)))[:8]
         confidences = " ".join(f"{model.confidence(b, j):.2f}" for j, b in enumerate(buckets))
-        print(f"  proposal of {len(proposal.tokens)}, cap {self._verify_cap}: verify {k}; buckets {buckets} "
+        split = f" (one pass: {self._one_pass}, the rest next round)" if self._one_pass else ""
+        print(f"  proposal of {len(proposal.tokens)}, cap {self._verify_cap}: verify {k}{split}; buckets {buckets} "
               f"confidence {confidences}")
         return k
 

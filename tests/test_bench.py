@@ -527,3 +527,22 @@ def test_the_matrix_runs_its_targets_and_llama_cpp_peers_in_exact_mode_when_aske
                            exact=exact)
     assert cases == [False, True]
     assert peers == [False] * len(matrix.NGRAM_MODES) + [True] * len(matrix.NGRAM_MODES)
+
+
+def test_round_log_says_where_choose_verified_a_copy_in_two_passes(capsys):
+    """benchmarks/round_log.py marks a round whose pass choose shortened so that a second pass takes the
+    rest, with what one pass would have verified; with the rule off no round is marked. Fails if the
+    mark were missing, or printed where one pass was verified."""
+    from specdec_gguf.schedule import ScheduleConstants
+    from specdec_gguf.simulation import simulate_run, synthetic_traces
+
+    round_log = _benchmark("round_log")
+    trace = next(t for t in synthetic_traces() if t.id == "copy-edit-0.15")
+    for split in (True, False):
+        simulate_run(trace, "big-q8", 128, None, schedule_type=round_log.RoundLog,
+                     constants=ScheduleConstants(split_passes=split))
+        marked = [line for line in capsys.readouterr().out.splitlines() if "(one pass: " in line]
+        assert bool(marked) == split
+        for line in marked:  # "verify J (one pass: K, ...": J < K
+            verified = int(line.split("verify ")[1].split(" ")[0])
+            assert verified < int(line.split("(one pass: ")[1].split(",")[0])
