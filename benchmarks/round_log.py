@@ -3,7 +3,7 @@
 Usage:
   python benchmarks/round_log.py TRACE_ID [--traces FILE.jsonl] [--curve NAME[=...]] [-n 64]
                                 [--drafter draft-model --draft-ratio 0.12] [--in-turn] [--variant NAME:field=v,...]
-  python benchmarks/round_log.py PROMPT_ID --model T.gguf [--draft D.gguf] [--set default] [-n 64] [-t 2]
+  python benchmarks/round_log.py PROMPT_ID --model T.gguf [--draft D.gguf] [--set default | --prompts P.jsonl] [-n 64] [-t 2]
                                 [--runs 3] [--fresh-cache] [--exact] [--variant ...]
 
 Each round prints what a costly drafter's start decision said (``next_k``: its start value and
@@ -106,9 +106,14 @@ def real_runs(args: argparse.Namespace, constants: ScheduleConstants | None) -> 
     from specdec_gguf.prompts import PROMPT_SETS
     from specdec_gguf.settings import DrafterSettings, EngineSettings
 
-    texts = {pid: text for pid, _, text in PROMPT_SETS[args.set]}
+    if args.prompts is not None:
+        from specdec_gguf.config import read_prompts_jsonl
+
+        texts, source = {p.id: p.text for p in read_prompts_jsonl(args.prompts, "--prompts")}, str(args.prompts)
+    else:
+        texts, source = {pid: text for pid, _, text in PROMPT_SETS[args.set]}, f"set {args.set!r}"
     if args.trace not in texts:
-        raise SystemExit(f"no prompt {args.trace!r} in set {args.set!r}; there are: {', '.join(texts)}")
+        raise SystemExit(f"no prompt {args.trace!r} in {source}; there are: {', '.join(texts)}")
     target = open_engine(EngineSettings(model=args.model, n_ctx=2048, n_threads=args.threads, exact=args.exact))
     draft = open_engine(EngineSettings(model=args.draft, n_ctx=2048, n_threads=args.threads)) if args.draft else None
     engines = [e for e in (target, draft) if e is not None]
@@ -137,6 +142,7 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="run on this target GGUF instead of simulating")
     parser.add_argument("--draft", type=Path, help="with --model: the draft GGUF (without: prompt lookup)")
     parser.add_argument("--set", default="default", help="with --model: the built-in prompt set")
+    parser.add_argument("--prompts", type=Path, help="with --model: a JSONL file of prompts (id, text) instead of --set")
     parser.add_argument("-t", "--threads", type=int, default=2, help="with --model: CPU threads")
     parser.add_argument("--exact", action="store_true", help="with --model: the target in exact mode (docs/exactness.md)")
     parser.add_argument("--runs", type=int, default=3, help="with --model: plain and adaptive runs, in turn")

@@ -93,7 +93,51 @@ LONG_PROMPTS: list[tuple[str, str, str]] = [
      f"```python\n{_CODE}```\nThe same function with a comment above every line:\n```python\n"),
 ]
 
+_EMAIL = (
+    "Hi team, the quarterly review meeting has moved from Thursday to Friday at 10am because the projector in "
+    "room B is being repaired. Please bring your updated sales figures and the draft budget for next year. "
+    "Lunch will be provided after the meeting. Thanks, Maria"
+)
+
+_CSV = "name,age,city\nAlice,34,Paris\nBob,28,Berlin\nCarol,41,Madrid\nDavid,25,Rome\n"
+
+_SQL = '''SELECT customer_id, SUM(amount) AS total
+FROM orders
+WHERE created_at >= '2024-01-01'
+GROUP BY customer_id
+HAVING SUM(amount) > 100
+ORDER BY total DESC;
+'''
+
+_CLAMP = '''def clamp(value, low, high):
+    if value < low:
+        return low
+    if value > high:
+        return high
+    return value
+'''
+
+_NOTES = (
+    "Our garden has tomatoes, which need full sun and daily watering. The basil grows best next to the "
+    "tomatoes. Carrots need loose soil and should be thinned after two weeks. Lettuce prefers shade in the "
+    "afternoon and grows quickly."
+)
+
+# Held out: written after the adaptive schedule's constants were last tuned and never used to tune them,
+# so runs on them show how it does on prompts nobody tuned it on (docs/performance.md, "twenty-third").
+HELDOUT_PROMPTS: list[tuple[str, str, str]] = [
+    ("csv-to-json", "grounded", f"CSV:\n{_CSV}\nThe same data as a JSON list of objects:\n"),
+    ("sql-rename", "grounded",
+     f"```sql\n{_SQL}```\nThe same query with the table `orders` renamed to `purchases`:\n```sql\n"),
+    ("add-docstring", "grounded", f"```python\n{_CLAMP}```\nThe same function with a docstring added:\n```python\n"),
+    ("bullet-notes", "grounded", f"Notes: {_NOTES}\n\nThe same notes as a bulleted list, one plant per bullet:\n-"),
+    ("email-summary", "grounded", f"Email: {_EMAIL}\n\nSummary of the email in one sentence:"),
+    ("grounded-qa", "grounded", f"Email: {_EMAIL}\n\nQuestion: When and why was the meeting moved?\nAnswer:"),
+    ("poem", "open", "Write a short poem about the sea.\n\n"),
+    ("tips", "open", "List five tips for staying productive while working from home.\n\n1."),
+]
+
 PROMPT_SETS: dict[str, list[tuple[str, str, str]]] = {
-    "default": BENCH_PROMPTS, "short": SHORT_PROMPTS, "long": LONG_PROMPTS,
-    "all": BENCH_PROMPTS + SHORT_PROMPTS + LONG_PROMPTS,
+    "default": BENCH_PROMPTS, "short": SHORT_PROMPTS, "long": LONG_PROMPTS, "heldout": HELDOUT_PROMPTS,
+    "all": BENCH_PROMPTS + SHORT_PROMPTS + LONG_PROMPTS + HELDOUT_PROMPTS,
 }

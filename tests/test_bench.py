@@ -546,3 +546,24 @@ def test_round_log_says_where_choose_verified_a_copy_in_two_passes(capsys):
         for line in marked:  # "verify J (one pass: K, ...": J < K
             verified = int(line.split("verify ")[1].split(" ")[0])
             assert verified < int(line.split("(one pass: ")[1].split(",")[0])
+
+
+def test_round_log_runs_a_prompt_from_a_prompts_file(tiny_family, tmp_path, monkeypatch, capsys):
+    """benchmarks/round_log.py --model --prompts: the prompt with that id comes from the JSONL file (a logged
+    adaptive run beside a plain one); an id the file lacks is refused naming the file and the ids it has.
+    Fails if --prompts were ignored (the id is in no built-in set) or the refusal named the built-in set."""
+    import argparse
+    import json
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+    round_log = _benchmark("round_log")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "mine", "text": "one two three one two three one two"}) + "\n")
+    args = argparse.Namespace(model=tiny_family.target, draft=None, set="default", prompts=prompts, threads=1,
+                              exact=False, runs=1, n=8, trace="mine")
+    round_log.real_runs(args, None)
+    out = capsys.readouterr().out
+    assert "run 1, prompt-lookup:" in out and "x plain" in out
+    args.trace = "code-edit"  # (in the default set, not in the file)
+    with pytest.raises(SystemExit, match=r"no prompt 'code-edit' in .*p\.jsonl; there are: mine"):
+        round_log.real_runs(args, None)
