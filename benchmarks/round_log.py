@@ -103,15 +103,11 @@ def real_runs(args: argparse.Namespace, constants: ScheduleConstants | None) -> 
     """``args.runs`` times a plain run then a logged adaptive one on the real model (see the module docs)."""
     from specdec_gguf.benchmark import start_afresh
     from specdec_gguf.factory import make_decoder, open_engine
-    from specdec_gguf.prompts import PROMPT_SETS
+    from specdec_gguf.prompts import chosen_prompts
     from specdec_gguf.settings import DrafterSettings, EngineSettings
 
-    if args.prompts is not None:
-        from specdec_gguf.config import read_prompts_jsonl
-
-        texts, source = {p.id: p.text for p in read_prompts_jsonl(args.prompts, "--prompts")}, str(args.prompts)
-    else:
-        texts, source = {pid: text for pid, _, text in PROMPT_SETS[args.set]}, f"set {args.set!r}"
+    texts = dict(chosen_prompts(args.set, args.prompts))
+    source = str(args.prompts) if args.prompts is not None else f"set {args.set!r}"
     if args.trace not in texts:
         raise SystemExit(f"no prompt {args.trace!r} in {source}; there are: {', '.join(texts)}")
     target = open_engine(EngineSettings(model=args.model, n_ctx=2048, n_threads=args.threads, exact=args.exact))

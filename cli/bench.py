@@ -14,10 +14,9 @@ from rich.table import Table
 from specdec_gguf import ConfigError, SamplingParams
 from specdec_gguf.benchmark import (PEER_NAME, Strategy, StrategyReport, geomean, peer_strategy, run_peer_trials,
                                      run_trials, summarize)
-from specdec_gguf.config import read_prompts_jsonl
 from specdec_gguf.factory import open_engine
 from specdec_gguf.profile import profile_for
-from specdec_gguf.prompts import PROMPT_SETS
+from specdec_gguf.prompts import PROMPT_SETS, chosen_prompts
 from specdec_gguf.settings import DrafterSettings, EngineSettings
 
 from .common import err_console, exact_flag, exactness_json, handle_errors, report_exactness, stdout_is_tty
@@ -147,10 +146,7 @@ def bench(
     sampling = sampling_params(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     if peers and not sampling.greedy:
         raise ConfigError(f"--peer runs greedy decoding only; drop it or --temp {temp}")
-    if prompt_set not in PROMPT_SETS:
-        raise ConfigError(f"--set {prompt_set!r} must be one of {list(PROMPT_SETS)}")
-    prompts = ([(p.id, p.text) for p in read_prompts_jsonl(prompts_file, "--prompts")] if prompts_file
-               else [(pid, text) for pid, _, text in PROMPT_SETS[prompt_set]])
+    prompts = chosen_prompts(prompt_set, prompts_file)
     if only:
         wanted = only.split(",")
         prompts = [p for p in prompts if p[0] in wanted]

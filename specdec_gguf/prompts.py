@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from .config import read_prompts_jsonl
+from .errors import ConfigError
+
 _CODE = '''def moving_average(values, window):
     if window <= 0:
         raise ValueError("window must be positive")
@@ -142,3 +147,12 @@ PROMPT_SETS: dict[str, list[tuple[str, str, str]]] = {
     "default": BENCH_PROMPTS, "short": SHORT_PROMPTS, "long": LONG_PROMPTS, "heldout": HELDOUT_PROMPTS,
     "all": BENCH_PROMPTS + SHORT_PROMPTS + LONG_PROMPTS + HELDOUT_PROMPTS,
 }
+
+
+def chosen_prompts(prompt_set: str, file: Path | None = None) -> list[tuple[str, str]]:
+    """(id, text) of the prompts in JSONL ``file`` (read_prompts_jsonl), else of the built-in ``prompt_set``."""
+    if file is not None:
+        return [(p.id, p.text) for p in read_prompts_jsonl(file, "--prompts")]
+    if prompt_set not in PROMPT_SETS:
+        raise ConfigError(f"--set {prompt_set!r} must be one of {list(PROMPT_SETS)}")
+    return [(pid, text) for pid, _, text in PROMPT_SETS[prompt_set]]
