@@ -9,7 +9,8 @@ CASE: a tiny family of benchmarks/matrix.py (tiny-f32, tiny-wide, tiny-mid-q8, t
 to a temporary folder) or a target GGUF path (``--draft`` for its draft model). A variant replaces
 fields of ``ScheduleConstants`` (``--variant old:guard_quiet_pause=8``); ``--k`` adds fixed-k arms;
 ``--adaptive-k`` adds the shipped adaptive schedule with other bounds on a proposal's length (a draft
-model's is 8); ``--detail`` adds where each arm's time goes (target passes per answer, the share outside llama.cpp).
+model's is 8); ``--detail`` adds where each arm's time goes (target passes per answer and how many declined their
+proposal, the shares of time spent drafting and outside llama.cpp).
 
 Arms are interleaved as `specdec bench` interleaves its strategies (``benchmark.run_trials``: a fresh
 decoder per trial that prefills its prompt, as `specdec run` starts), on a built-in prompt set (`--set`), with
@@ -113,7 +114,7 @@ def main() -> None:
     parser.add_argument("--shared-store", action="store_true",
                         help="one calibration store for every arm (as before 2026-12-05's twenty-first session)")
     parser.add_argument("--detail", action="store_true",
-                        help="also print, per arm, where an answer's time goes (passes, the share outside llama.cpp)")
+                        help="also print, per arm, where an answer's time goes (passes, declined ones, drafting, outside llama.cpp)")
     args = parser.parse_args()
     variants = dict([("shipped", ScheduleConstants())] + [parse_variant(v) for v in args.variant])
     fixed = [int(k) for k in args.k.split(",") if k]
@@ -154,13 +155,15 @@ def main() -> None:
               + " ".join(f"{pid}={r:.3f}" for pid, r in ratios.items()))
     if args.detail:
         # Where an answer's time goes, over all prompts: its length at the median throughput, target
-        # passes per answer (rounds), acceptance, and the share spent outside llama_decode (Python,
-        # ctypes, and what either makes the next pass wait for).
-        print("  arm          ms/answer  passes/answer  acceptance  outside llama.cpp")
+        # passes per answer (rounds) and how many of them declined their proposal (plain steps that
+        # paid for a draft: looks), acceptance, the share of time spent drafting, and the share
+        # spent outside llama_decode (Python, ctypes, and what either makes the next pass wait for).
+        print("  arm          ms/answer  passes/answer  declined  acceptance  drafting  outside llama.cpp")
         for report in reports:
             share = f"{report.python_share:.1%}" if report.python_share is not None else "-"
             print(f"  {report.name:<12} {1e3 * args.n / report.median_throughput:9.2f}  "
-                  f"{args.n / report.tokens_per_target_pass:13.1f}  {report.acceptance_rate:10.2f}  {share:>17}")
+                  f"{args.n / report.tokens_per_target_pass:13.1f}  {report.declined:8.1f}  "
+                  f"{report.acceptance_rate:10.2f}  {report.draft_share:8.1%}  {share:>17}")
 
 
 if __name__ == "__main__":

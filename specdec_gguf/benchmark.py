@@ -51,6 +51,8 @@ class Trial:
     draft_per_token: float  # seconds per drafted token
     tokens: tuple[int, ...]
     python_share: float | None = None  # share of generation time outside llama_decode
+    declined: int = 0  # rounds whose proposal was verified not at all (SpecStats.declined)
+    draft_share: float = 0.0  # share of generation time spent drafting (SpecStats.draft_seconds)
 
 
 @dataclass
@@ -68,6 +70,8 @@ class StrategyReport:
     # our strategies in greedy runs: per prompt, whether every trial's output equals plain decoding's
     same_output: dict[str, bool] = field(default_factory=dict)
     python_share: float | None = None  # median share of generation time outside llama_decode
+    declined: float = 0.0  # median rounds per answer whose proposal was verified not at all
+    draft_share: float = 0.0  # median share of generation time spent drafting
     peer: bool = False  # another implementation (no acceptance figures of ours)
 
 
@@ -130,7 +134,8 @@ def run_trials(target: TextModel, draft: TextModel | None, strategies: Sequence[
                 share = 1.0 - in_llama / st.generation_seconds if st.generation_seconds and decoded else None
                 trial = Trial(s.name, prompt_id, rep, st.generation_throughput, st.acceptance_rate,
                               st.tokens_per_target_pass, st.draft_seconds / st.drafted if st.drafted else 0.0,
-                              tuple(r.tokens), share)
+                              tuple(r.tokens), share, st.declined,
+                              st.draft_seconds / st.generation_seconds if st.generation_seconds else 0.0)
                 trials.append(trial)
                 if on_trial:
                     on_trial(trial)
@@ -204,6 +209,8 @@ def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy], *, greedy
             per_prompt_speedup=per_prompt, vs_best_fixed=vs_best,
             vs_best_fixed_geomean=geomean(list(vs_best.values())) if vs_best else None,
             python_share=statistics.median(shares) if shares else None,
+            declined=statistics.median(t.declined for t in mine),
+            draft_share=statistics.median(t.draft_share for t in mine),
             greedy_match=(sum(same(s.name, p) for p in prompt_ids) / len(prompt_ids)) if compared and not s.peer
             else None,
             same_output={p: same(s.name, p) for p in prompt_ids} if compared and not s.peer else {}, peer=s.peer))

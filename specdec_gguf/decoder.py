@@ -224,7 +224,8 @@ class SpeculativeDecoder:
                 if drafter is not None and not deferred:
                     drafter.accept(n_acc, new)
                 t_end = clock()
-                stats.record_round(len(proposal.tokens), n_acc, len(new))
+                stats.record_round(len(proposal.tokens), n_acc, len(new),
+                                   declined=bool(drafted.tokens) and not proposal.tokens)
                 stats.verify_seconds += t_end - t_verify
                 if deferred:
                     untold.append((new, t_verify - t_round, t_end - t_verify))

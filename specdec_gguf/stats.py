@@ -13,6 +13,8 @@ class SpecStats:
     ``per_position_drafted[i]`` / ``per_position_accepted[i]`` count draft slot i
     (0-based) over all rounds; ``accepted_length_histogram[m]`` counts rounds that
     accepted exactly m drafted tokens (rounds that drafted nothing are not counted).
+    ``declined`` counts rounds whose proposal the schedule verified none of: plain steps that
+    paid for a draft (an adaptive schedule looking, or finding the proposal too unsure to verify).
     """
 
     prompt_tokens: int = 0
@@ -20,6 +22,7 @@ class SpecStats:
     target_passes: int = 0
     drafted: int = 0
     accepted: int = 0
+    declined: int = 0
     per_position_drafted: list[int] = field(default_factory=list)
     per_position_accepted: list[int] = field(default_factory=list)
     accepted_length_histogram: list[int] = field(default_factory=list)
@@ -28,9 +31,11 @@ class SpecStats:
     verify_seconds: float = 0.0
     generation_seconds: float = 0.0
 
-    def record_round(self, drafted: int, accepted: int, generated: int) -> None:
-        """Count one round: ``drafted`` proposed, ``accepted`` kept, ``generated`` emitted."""
+    def record_round(self, drafted: int, accepted: int, generated: int, declined: bool = False) -> None:
+        """Count one round: ``drafted`` proposed, ``accepted`` kept, ``generated`` emitted; ``declined``: the
+        drafter proposed tokens and none was verified (then ``drafted`` is 0)."""
         self.target_passes += 1
+        self.declined += declined
         self.drafted += drafted
         self.accepted += accepted
         self.generated_tokens += generated
@@ -78,6 +83,7 @@ class SpecStats:
             "target_passes": self.target_passes,
             "drafted": self.drafted,
             "accepted": self.accepted,
+            "declined": self.declined,
             "acceptance_rate": self.acceptance_rate,
             "tokens_per_target_pass": self.tokens_per_target_pass,
             "mean_accepted_length": self.mean_accepted_length,

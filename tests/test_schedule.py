@@ -517,8 +517,11 @@ def test_the_decoder_reports_whether_a_declined_proposals_first_token_was_right(
     clock = VirtualClock()
     target = trace.target(curve_profile("linear"), clock)
     schedule = Declining()
-    out = SpeculativeDecoder(target, PromptLookupDrafter(), schedule=schedule, clock=clock).generate(
-        trace.prompt, 120, ignore_eog=True).tokens
+    result = SpeculativeDecoder(target, PromptLookupDrafter(), schedule=schedule, clock=clock).generate(
+        trace.prompt, 120, ignore_eog=True)
+    out = result.tokens
+    # (The stats count the declined rounds: a proposal, none of it verified.)
+    assert result.stats.declined == sum(bool(first) and not verified for first, verified, _, _ in schedule.seen) > 0
     position = 0
     matches = set()
     for first, verified, generated, first_matched in schedule.seen:

@@ -26,6 +26,19 @@ def test_record_round_and_derived_figures():
     assert stats.generation_throughput == pytest.approx(4.5)
 
 
+def test_declined_rounds_are_plain_steps_counted_apart():
+    """A declined round is a target pass that emitted one token and verified nothing: it counts in
+    ``declined`` and changes no acceptance figure."""
+    stats = SpecStats()
+    stats.record_round(drafted=3, accepted=3, generated=4)
+    stats.record_round(drafted=0, accepted=0, generated=1, declined=True)
+    stats.record_round(drafted=0, accepted=0, generated=1)
+    assert stats.declined == 1
+    assert stats.target_passes == 3
+    assert stats.acceptance_rate == 1.0 and stats.accepted_length_histogram == [0, 0, 0, 1]
+    assert stats.as_dict()["declined"] == 1 and stats.copy().declined == 1
+
+
 def test_empty_stats_do_not_divide_by_zero():
     stats = SpecStats()
     assert stats.acceptance_rate == stats.tokens_per_target_pass == stats.generation_throughput == 0.0
