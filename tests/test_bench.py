@@ -202,6 +202,9 @@ def test_bench_json_contract(tiny_family):
         assert 0.0 <= report["greedy_match"] <= 1.0
         if report["name"].endswith("adaptive"):
             assert list(report["vs_best_fixed"]) == ["code-edit", "story"]
+        else:  # (plain drafts nothing, a fixed k verifies every proposal whole: no declined rounds)
+            assert report["declined"] == 0
+        assert 0.0 <= report["draft_share"] < 1.0
     plain = out["reports"][0]
     assert plain["speedup"] == 1.0 and set(plain["per_prompt_speedup"].values()) == {1.0}
     assert plain["greedy_match"] == 1.0 and plain["tokens_per_target_pass"] == 1.0
