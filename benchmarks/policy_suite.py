@@ -49,7 +49,7 @@ def parse_recorded(text: str) -> tuple[Path, float | None, list[str]]:
     return Path(parts[0]), ratio, [parse_curve(parts[2])] if len(parts) == 3 else STANDARD_CURVES
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", action="append", default=[], help="NAME:field=value,... (repeatable)")
     parser.add_argument("--recorded", action="append", default=[],
@@ -57,7 +57,7 @@ def main() -> None:
     parser.add_argument("-n", default="64,256", help="answer lengths (comma-separated)")
     parser.add_argument("--in-turn", action="store_true",
                         help="also each simulation with the traces run in turn (policy_sim.py --in-turn)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     variants: dict[str, ScheduleConstants | None] = {"shipped": None}
     variants.update(parse_variant(v) for v in args.variant)
     recorded = [parse_recorded(r) for r in args.recorded]  # (parsed first: a bad one fails before any run)

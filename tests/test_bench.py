@@ -570,3 +570,44 @@ def test_round_log_runs_a_prompt_from_a_prompts_file(tiny_family, tmp_path, monk
     args.trace = "code-edit"  # (in the default set, not in the file)
     with pytest.raises(SystemExit, match=r"no prompt 'code-edit' in .*p\.jsonl; there are: mine"):
         round_log.real_runs(args, None)
+
+
+def test_judge_runs_each_suite_on_the_recordings_it_finds(tmp_path):
+    """benchmarks/judge.py: a suite replays each recording it finds on that model's measured curves (every
+    curve a valid policy_sim.py curve), names the command that makes each one it lacks, and every recording a
+    suite replays is one that ``record`` makes. Fails if a suite pointed at a recording nobody makes, a curve
+    did not parse, or a missing recording were passed on (policy_suite.py would fail on it)."""
+    judge = _benchmark("judge")
+    policy_sim = _benchmark("policy_sim")
+    for entries in judge.SUITES.values():
+        for name, ratio, curve in entries:
+            assert name in judge.RECORDINGS
+            assert ratio == "lookup" or float(ratio) > 0
+            policy_sim.parse_curve(curve)
+    (tmp_path / "gemma.jsonl").write_text("")
+    recorded, missing = judge.suite_arguments("tuning", tmp_path)
+    given = [recorded[i + 1] for i in range(0, len(recorded), 2)]
+    assert all(flag == "--recorded" for flag in recorded[::2])
+    assert {g.split(":")[0] for g in given} == {str(tmp_path / "gemma.jsonl")}
+    curves = {g.split(":", 2)[2].split("=")[0] for g in given}
+    assert curves == {"gemma-epyc2-1t", "gemma-epyc2-2t", "gemma-exact-1t"}  # (Q4_K_M's, on both builds)
+    assert len(missing) == len({name for name, _, _ in judge.SUITES["tuning"]}) - 1
+    assert all("judge.py record --gemma" in note for note in missing)
+
+
+def test_judge_records_what_is_missing_and_keeps_what_is_there(tmp_path, monkeypatch):
+    """``record`` writes each missing recording whole (a tiny pair's answers and teacher-forced draft here),
+    and leaves one that is there alone. Fails if a recording were appended to again or left half written."""
+    import json
+
+    judge = _benchmark("judge")
+    monkeypatch.setattr(judge, "RECORDINGS", {"tiny.jsonl": ("tiny-f32", True, [("short", "tiny-short")])})
+    monkeypatch.setattr(judge, "ANSWER_TOKENS", 6)
+    judge.record(tmp_path / "unused.gguf", tmp_path, threads=1)
+    lines = [json.loads(line) for line in (tmp_path / "tiny.jsonl").read_text().splitlines()]
+    assert [line["id"].split(":")[0] for line in lines] == ["tiny-short"] * len(lines) and len(lines) == 5
+    assert all(len(line["output"]) == 6 and len(line["draft_agree"]) == len(line["prompt"]) + 6 for line in lines)
+    before = (tmp_path / "tiny.jsonl").read_bytes()
+    judge.record(tmp_path / "unused.gguf", tmp_path, threads=1)
+    assert (tmp_path / "tiny.jsonl").read_bytes() == before
+    assert not list(tmp_path.glob("*.partial"))

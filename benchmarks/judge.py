@@ -1,0 +1,150 @@
+"""The simulations a schedule change is judged by before anything is timed, reproducible from the repository:
+what they replay (recordings this script makes) and the cost curves they replay it on.
+
+Usage:
+  python benchmarks/judge.py record --gemma G.gguf --dir DIR [-t 2]
+  python benchmarks/judge.py tuning --dir DIR [--variant NAME:field=value,...] [-n 64,256]
+  python benchmarks/judge.py heldout --dir DIR [--variant NAME:field=value,...] [-n 64,256]
+
+``record`` writes into DIR what the suites replay (timing-free; 8 minutes on 2 cores): the answers and
+teacher-forced drafts of benchmarks/matrix.py's tiny-big-q8 and tiny-wide pairs, and the answers of Gemma 3
+270M Q4_K_M (G, the ``demo`` extra's file) and of that model requantized to Q8_0 and F16 to the built-in
+prompt sets (benchmarks/record_traces.py, 256 tokens each). Files already there are kept.
+
+``tuning`` runs benchmarks/policy_suite.py ``--in-turn`` over the synthetic matrix, the tiny pairs at their
+draft's cost ratio and Gemma's answers to the default, short and long sets, each on the curves measured for
+that model (``MEASURED_CURVES``); ``heldout``, Gemma's answers to the held-out prompts, written after the
+constants were last tuned, on theirs. A change worth timing keeps every worst case and moves no geomean the
+wrong way on both; judge it on ``heldout`` and tune nothing to it. The curves were measured on the development
+host (2-core AMD EPYC; docs/performance.md): on another machine, measure yours
+(benchmarks/measure_curve.py) and run policy_suite.py with them. A recording missing from DIR is skipped, with
+the command that makes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import policy_suite  # noqa: E402
+
+# One target pass over n tokens, as policy_sim.py --curve takes it: NAME=T1_MS:R2,R3,R5,R9,R17,R33,R65:SWITCH
+# (T(1) in ms; T(n) / T(1) for n = 2, 3, 5, 9, 17, 33, 65; what a plain step pays more after a verify pass, in ms).
+MEASURED_CURVES = {
+    "tiny-big-q8, 2 threads": "tb-2=7.066:2.072,2.280,3.146,4.485,7.304,12.755,24.094:0.049",
+    "tiny-wide, 2 threads": "tw-2=4.133:1.341,1.432,1.593,2.109,2.981,4.831,8.953:0.000",
+    "Q4_K_M, 1 thread": "gemma-epyc2-1t=16.854:2.569,2.845,5.057,6.585,9.237,15.032,26.567:0.000",
+    "Q4_K_M, 2 threads": "gemma-epyc2-2t=14.142:1.783,2.095,3.784,4.818,6.913,10.287,18.000:0.096",
+    "Q4_K_M exact kernels, 1 thread": "gemma-exact-1t=17.02:2.075,2.807,4.39,7.147,13.145,24.79,47.76:0.0",
+    "F16, 1 thread": "f16-1t=20.516:2.925,3.056,3.233,4.459,6.927,12.467,23.155:0.037",
+    "F16, 2 threads": "f16-2t=16.829:1.815,1.899,2.061,2.882,4.512,7.874,14.570:0.020",
+    "Q8_0, 1 thread": "q8-1t=15.175:3.203,3.612,5.684,7.051,9.816,15.989,28.398:0.000",
+    "Q8_0, 2 threads": "q8-2t=11.991:2.089,2.480,3.813,4.740,6.633,10.726,19.370:0.036",
+}
+_C = MEASURED_CURVES
+_GEMMA = (_C["Q4_K_M, 1 thread"], _C["Q4_K_M, 2 threads"])
+_F16 = (_C["F16, 1 thread"], _C["F16, 2 threads"])
+_Q8 = (_C["Q8_0, 1 thread"], _C["Q8_0, 2 threads"])
+
+# Per suite, (recording, draft cost ratio or "lookup", curve): policy_suite.py's --recorded entries.
+SUITES: dict[str, list[tuple[str, str, str]]] = {
+    "tuning": [("tiny-big-q8.jsonl", "0.12", _C["tiny-big-q8, 2 threads"]),
+               ("tiny-wide.jsonl", "0.0745", _C["tiny-wide, 2 threads"])]
+              + [("gemma.jsonl", "lookup", c) for c in _GEMMA] + [("gemma_long.jsonl", "lookup", c) for c in _GEMMA]
+              + [("gemma.jsonl", "lookup", _C["Q4_K_M exact kernels, 1 thread"])]
+              + [("gemma_f16.jsonl", "lookup", c) for c in _F16] + [("gemma_q8.jsonl", "lookup", c) for c in _Q8],
+    "heldout": [("gemma_heldout.jsonl", "lookup", c) for c in _GEMMA + (_C["Q4_K_M exact kernels, 1 thread"],)]
+               + [("gemma_f16_heldout.jsonl", "lookup", c) for c in _F16]
+               + [("gemma_q8_heldout.jsonl", "lookup", c) for c in _Q8],
+}
+
+# Per recording, what makes it: (model, with its draft, prompt sets, trace id prefix per set). Models: "gemma"
+# (--gemma), "q8_0" / "f16" (it requantized, under DIR/models), a tiny family (under DIR/models).
+RECORDINGS: dict[str, tuple[str, bool, list[tuple[str, str]]]] = {
+    "tiny-big-q8.jsonl": ("tiny-big-q8", True, [("default", "tiny-big-q8-default"), ("short", "tiny-big-q8-short")]),
+    "tiny-wide.jsonl": ("tiny-wide", True, [("default", "tiny-wide-default"), ("short", "tiny-wide-short")]),
+    "gemma.jsonl": ("gemma", False, [("default", "gemma-default"), ("short", "gemma-short")]),
+    "gemma_long.jsonl": ("gemma", False, [("long", "gemma-long")]),
+    "gemma_f16.jsonl": ("f16", False, [(s, f"gemma-F16-{s}") for s in ("default", "short", "long")]),
+    "gemma_q8.jsonl": ("q8_0", False, [(s, f"gemma-Q8_0-{s}") for s in ("default", "short", "long")]),
+    "gemma_heldout.jsonl": ("gemma", False, [("heldout", "gemma-heldout")]),
+    "gemma_f16_heldout.jsonl": ("f16", False, [("heldout", "gemma-F16-heldout")]),
+    "gemma_q8_heldout.jsonl": ("q8_0", False, [("heldout", "gemma-Q8_0-heldout")]),
+}
+ANSWER_TOKENS = 256  # per recorded answer: the suites replay 64- and 256-token answers
+
+
+def record(gemma: Path, folder: Path, threads: int) -> None:
+    """Write every recording of RECORDINGS missing from ``folder`` (each whole or not at all)."""
+    from matrix import write_case
+    from specdec_gguf.engines.llama_cpp.quantize import requantize
+
+    models = folder / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    for name, (model, with_draft, sets) in RECORDINGS.items():
+        out = folder / name
+        if out.exists():
+            print(f"{name}: kept", file=sys.stderr)
+            continue
+        draft = None
+        if model == "gemma":
+            target = gemma
+        elif model in ("q8_0", "f16"):
+            target = models / f"{gemma.stem}-{model}.gguf"
+            if not target.exists():
+                requantize(gemma, target, model, threads=threads)
+        else:
+            family = write_case(model, models / model)
+            target, draft = family.target, family.draft
+        partial = out.with_suffix(".partial")
+        partial.unlink(missing_ok=True)
+        for prompt_set, prefix in sets:
+            command = [sys.executable, str(Path(__file__).with_name("record_traces.py")), "--model", str(target),
+                       "--set", prompt_set, "-n", str(ANSWER_TOKENS), "--ignore-eog", "-t", str(threads),
+                       "--name", prefix, "--out", str(partial)] + (["--draft", str(draft)] if with_draft else [])
+            print(f"{name}: {prompt_set} set", file=sys.stderr)
+            subprocess.run(command, check=True)
+        os.replace(partial, out)
+
+
+def suite_arguments(suite: str, folder: Path) -> tuple[list[str], list[str]]:
+    """policy_suite.py's --recorded arguments for ``suite`` from the recordings in ``folder``, and a note per
+    recording missing there."""
+    arguments, missing = [], []
+    for name, ratio, curve in SUITES[suite]:
+        path = folder / name
+        if path.exists():
+            arguments += ["--recorded", f"{path}:{ratio}:{curve}"]
+        elif not any(name in note for note in missing):
+            missing.append(f"{name} missing: python benchmarks/judge.py record --gemma GEMMA.gguf --dir {folder}")
+    return arguments, missing
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["record", *SUITES], help="make the recordings, or run a suite")
+    parser.add_argument("--dir", type=Path, required=True, help="the folder of recordings")
+    parser.add_argument("--gemma", type=Path, help="record: Gemma 3 270M Q4_K_M's GGUF file")
+    parser.add_argument("-t", "--threads", type=int, default=2, help="record: CPU threads")
+    parser.add_argument("--variant", action="append", default=[], help="NAME:field=value,... (repeatable)")
+    parser.add_argument("-n", default="64,256", help="answer lengths (comma-separated)")
+    args = parser.parse_args(argv)
+    if args.what == "record":
+        if args.gemma is None or not args.gemma.is_file():
+            raise SystemExit(f"record needs --gemma, Gemma 3 270M Q4_K_M's GGUF file (got {args.gemma})")
+        record(args.gemma, args.dir, args.threads)
+        return
+    recorded, missing = suite_arguments(args.what, args.dir)
+    for note in missing:
+        print(note, file=sys.stderr)
+    variants = [a for v in args.variant for a in ("--variant", v)]
+    policy_suite.main(["--in-turn", "-n", args.n, *variants, *recorded])
+
+
+if __name__ == "__main__":
+    main()
