@@ -13,8 +13,9 @@ class SpecStats:
     ``per_position_drafted[i]`` / ``per_position_accepted[i]`` count draft slot i
     (0-based) over all rounds; ``accepted_length_histogram[m]`` counts rounds that
     accepted exactly m drafted tokens (rounds that drafted nothing are not counted).
-    ``declined`` counts rounds whose proposal the schedule verified none of: plain steps that
-    paid for a draft (an adaptive schedule looking, or finding the proposal too unsure to verify).
+    ``declined`` counts rounds whose proposal none of was verified: plain steps that paid for a
+    draft (an adaptive schedule looking or finding the proposal too unsure, or a proposal shorter
+    than the decoder's ``draft_min``).
     """
 
     prompt_tokens: int = 0
