@@ -24,6 +24,7 @@ the command that makes it.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -125,6 +126,33 @@ def suite_arguments(suite: str, folder: Path) -> tuple[list[str], list[str]]:
     return arguments, missing
 
 
+# A variant's worst trace in a simulation this much below the shipped constants' counts as a fall (the
+# simulation has no timing noise, but a different round boundary moves a trace by about this much).
+WORST_FALL = 0.01
+
+
+def verdict(results: list[tuple[str, list[dict]]], base: str = "shipped") -> list[str]:
+    """Per variant other than ``base``: its geomean over plain against ``base``'s, over every simulation of
+    ``results`` (policy_suite.main's), and each simulation whose worst trace fell by more than WORST_FALL."""
+    if not results:
+        return []
+    lines = []
+    for name in results[0][1][0]["variants"]:
+        if name == base:
+            continue
+        shifts, falls = [], []
+        for label, rows in results:
+            mine = [r["variants"][name] for r in rows]
+            theirs = [r["variants"][base] for r in rows]
+            shifts.append(sum(math.log(a / b) for a, b in zip(mine, theirs)) / len(rows))
+            if min(mine) < min(theirs) - WORST_FALL:
+                falls.append(f"{label}: {min(theirs):.3f} -> {min(mine):.3f}")
+        shift = math.exp(sum(shifts) / len(shifts)) - 1.0
+        lines.append(f"{name}: geomean over plain {shift:+.2%} against {base}; worst trace fell in {len(falls)} of "
+                     f"{len(results)} simulations" + ("".join(f"\n    {f}" for f in falls)))
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["record", *SUITES], help="make the recordings, or run a suite")
@@ -143,7 +171,12 @@ def main(argv: list[str] | None = None) -> None:
     for note in missing:
         print(note, file=sys.stderr)
     variants = [a for v in args.variant for a in ("--variant", v)]
-    policy_suite.main(["--in-turn", "-n", args.n, *variants, *recorded])
+    results = policy_suite.main(["--in-turn", "-n", args.n, *variants, *recorded])
+    lines = verdict(results)
+    if lines:
+        print("verdict")
+        for line in lines:
+            print("  " + line)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@ def parse_recorded(text: str) -> tuple[Path, float | None, list[str]]:
     return Path(parts[0]), ratio, [parse_curve(parts[2])] if len(parts) == 3 else STANDARD_CURVES
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> list[tuple[str, list[dict]]]:
+    """Run the suite (``argv``: the command line's arguments); returns each simulation's label and rows."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", action="append", default=[], help="NAME:field=value,... (repeatable)")
     parser.add_argument("--recorded", action="append", default=[],
@@ -63,6 +64,12 @@ def main(argv: list[str] | None = None) -> None:
     recorded = [parse_recorded(r) for r in args.recorded]  # (parsed first: a bad one fails before any run)
     ns = [int(x) for x in args.n.split(",")]
     synthetic = synthetic_traces()
+    results: list[tuple[str, list[dict]]] = []
+
+    def report(label: str, rows: list[dict]) -> None:
+        results.append((label, rows))
+        show(label, rows)
+
     suite = [("lookup", dict(drafter="prompt-lookup"))] + [
         (f"draft {style}", dict(drafter="draft-model", draft_style=style)) for style in ("informative", "underconfident")]
     for label, settings in suite:
@@ -80,9 +87,11 @@ def main(argv: list[str] | None = None) -> None:
             rows = simulate_matrix(load_traces(path), curves, ns, variants, remember=True,
                                    sequence=mode == "in turn", **settings)  # type: ignore[arg-type]
             report(f"{what}, {mode}", rows)
+    return results
 
 
-def report(label: str, rows: list[dict]) -> None:
+def show(label: str, rows: list[dict]) -> None:
+    """Print one simulation's summary lines (policy_sim.summaries), a variant each."""
     print(label)
     for line in summaries(rows):
         print("  " + line)

@@ -611,3 +611,23 @@ def test_judge_records_what_is_missing_and_keeps_what_is_there(tmp_path, monkeyp
     judge.record(tmp_path / "unused.gguf", tmp_path, threads=1)
     assert (tmp_path / "tiny.jsonl").read_bytes() == before
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_judge_verdict_names_the_simulations_whose_worst_trace_fell():
+    """judge.verdict: per variant, its geomean over plain against the shipped constants' (over every row of
+    every simulation) and the simulations whose worst trace fell by more than WORST_FALL. Fails if a fall
+    were missed, a rise or a fall within the tolerance were reported, or the shift were not a geomean."""
+    judge = _benchmark("judge")
+
+    def rows(shipped, other):
+        return [{"variants": {"shipped": a, "other": b}} for a, b in zip(shipped, other)]
+
+    results = [("falls", rows([1.0, 1.2], [0.95, 1.2])),  # worst 1.0 -> 0.95
+               ("rises", rows([0.9, 1.0], [1.0, 1.0])),  # worst 0.9 -> 1.0
+               ("within", rows([1.0, 1.1], [0.995, 1.1]))]  # worst 1.0 -> 0.995: within WORST_FALL
+    (line,) = judge.verdict(results)
+    logs = [math.log(0.95), 0.0, math.log(1.0 / 0.9), 0.0, math.log(0.995), 0.0]
+    shift = math.exp(sum(logs[i] + logs[i + 1] for i in (0, 2, 4)) / 2 / 3) - 1.0
+    assert line.startswith(f"other: geomean over plain {shift:+.2%} against shipped; worst trace fell in 1 of 3")
+    assert "falls: 1.000 -> 0.950" in line and "rises" not in line and "within" not in line
+    assert judge.verdict([("only", [{"variants": {"shipped": 1.0}}])]) == []
