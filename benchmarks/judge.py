@@ -9,7 +9,9 @@ Usage:
 ``record`` writes into DIR what the suites replay (timing-free; 8 minutes on 2 cores): the answers and
 teacher-forced drafts of benchmarks/matrix.py's tiny-big-q8 and tiny-wide pairs, and the answers of Gemma 3
 270M Q4_K_M (G, the ``demo`` extra's file) and of that model requantized to Q8_0 and F16 to the built-in
-prompt sets (benchmarks/record_traces.py, 256 tokens each). Files already there are kept.
+prompt sets (benchmarks/record_traces.py, 256 tokens each). Files already there are kept. At ``-t 2`` on the
+development host it wrote byte for byte the recordings docs/performance.md's sections replayed (another thread
+count or build may tip a near-tie: another answer, as valid to judge by).
 
 ``tuning`` runs benchmarks/policy_suite.py ``--in-turn`` over the synthetic matrix, the tiny pairs at their
 draft's cost ratio and Gemma's answers to the default, short and long sets, each on the curves measured for
