@@ -92,7 +92,8 @@ def render_stats(stats: SpecStats, drafter: bool = False) -> Table:
     if drafting:
         table.add_row("acceptance rate", f"{stats.acceptance_rate:.1%}  ({stats.accepted}/{stats.drafted} drafted)")
         table.add_row("mean accepted length", f"{stats.mean_accepted_length:.2f}")
-    table.add_row("tokens per target pass", f"{stats.tokens_per_target_pass:.2f}  ({stats.target_passes} passes)")
+    table.add_row("tokens per target pass", f"{stats.tokens_per_target_pass:.2f}  ({stats.target_passes} passes"
+                                            f"{_declined(stats)})")
     table.add_row("generation throughput", f"{stats.generation_throughput:.1f} tok/s  "
                                            f"({stats.generated_tokens} tokens)")
     busy = stats.draft_seconds + stats.verify_seconds
@@ -110,6 +111,11 @@ def render_stats(stats: SpecStats, drafter: bool = False) -> Table:
         table.add_row("accepted per round", f"{_spark(hist, top)}  0 … {len(hist) - 1}; "
                                             f"most often {mode} ({top} of {sum(hist)} rounds)")
     return table
+
+
+def _declined(stats: SpecStats) -> str:
+    """How many passes were plain steps that paid for a draft nobody verified (empty where none)."""
+    return f", {stats.declined} of them declined a proposal" if stats.declined else ""
 
 
 _SPARKS = " ▁▂▃▄▅▆▇█"
@@ -148,7 +154,7 @@ def summary_lines(stats: SpecStats, stop_reason: str | None, drafter: bool = Fal
                      f"({stats.accepted} accepted / {stats.drafted} drafted)")
     lines += [
         f"tokens per target pass: {stats.tokens_per_target_pass:.2f} "
-        f"({stats.generated_tokens} tokens in {stats.target_passes} passes)",
+        f"({stats.generated_tokens} tokens in {stats.target_passes} passes{_declined(stats)})",
         f"generation throughput: {stats.generation_throughput:.1f} tok/s "
         f"(prefill excluded; prefill {stats.prompt_tokens} tokens in {stats.prefill_seconds:.2f} s)",
         f"stop reason: {stop_reason}",

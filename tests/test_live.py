@@ -109,6 +109,22 @@ def test_render_keeps_last_lines_only():
     assert "line 99" in text and "line 96" in text and "line 94" not in text  # 4 lines + the open one
 
 
+def test_declined_rounds_are_told_where_there_were_any():
+    """Passes that declined a proposal (plain steps that paid for a draft) are counted beside the passes, in
+    the live view and the end-of-run lines; with none, nothing is said of them."""
+    stats = SpecStats()
+    stats.record_round(3, 3, 4)
+    stats.record_round(0, 0, 1, declined=True)
+    stats.generation_seconds = 0.1
+    text = recorded(LiveState(title="t", stats=stats)).export_text()
+    assert "(2 passes, 1 of them declined a proposal)" in text
+    assert summary_lines(stats, "length")[1] == "tokens per target pass: 2.50 (5 tokens in 2 passes, 1 of them " \
+                                               "declined a proposal)"
+    quiet = SpecStats()
+    quiet.record_round(3, 3, 4)
+    assert "declined" not in recorded(LiveState(title="t", stats=quiet)).export_text()
+
+
 def test_plain_decoding_view_hides_draft_rows():
     stats = SpecStats()
     stats.record_round(0, 0, 1)
