@@ -7,7 +7,9 @@ Usage:
 
 CASE: a tiny family of benchmarks/matrix.py (tiny-f32, tiny-wide, tiny-mid-q8, tiny-big-q8: written
 to a temporary folder) or a target GGUF path (``--draft`` for its draft model). A variant replaces
-fields of ``ScheduleConstants`` (``--variant old:guard_quiet_pause=8``); ``--k`` adds fixed-k arms;
+fields of ``ScheduleConstants`` (``--variant old:guard_quiet_pause=8``; with no fields, ``--variant same``, a
+null arm: the shipped constants under another name, whose distance from ``shipped`` is the noise); ``--k`` adds
+fixed-k arms;
 ``--adaptive-k`` adds the shipped adaptive schedule with other bounds on a proposal's length (a draft
 model's is 8); ``--detail`` adds where each arm's time goes (target passes per answer and how many declined their
 proposal, the shares of time spent drafting and outside llama.cpp).
