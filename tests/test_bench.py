@@ -631,3 +631,15 @@ def test_judge_verdict_names_the_simulations_whose_worst_trace_fell():
     assert line.startswith(f"other: geomean over plain {shift:+.2%} against shipped; worst trace fell in 1 of 3")
     assert "falls: 1.000 -> 0.950" in line and "rises" not in line and "within" not in line
     assert judge.verdict([("only", [{"variants": {"shipped": 1.0}}])]) == []
+
+
+def test_a_variant_without_fields_is_a_null_arm():
+    """ab_constants.py --variant NAME (no fields): the shipped constants under another name, so the arm's
+    distance from "shipped" measures the noise. Fails if it were refused or changed a constant, or if a null
+    arm could take a reserved name."""
+    from specdec_gguf.schedule import ScheduleConstants
+
+    parse_variant = _benchmark("ab_constants").parse_variant
+    assert parse_variant("same") == ("same", ScheduleConstants())
+    with pytest.raises(SystemExit, match="a name of its own"):
+        parse_variant("shipped")
