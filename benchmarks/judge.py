@@ -118,14 +118,15 @@ def record(gemma: Path, folder: Path, threads: int) -> None:
 def suite_arguments(suite: str, folder: Path) -> tuple[list[str], list[str]]:
     """policy_suite.py's --recorded arguments for ``suite`` from the recordings in ``folder``, and a note per
     recording missing there."""
-    arguments, missing = [], []
+    arguments, absent = [], {}  # (a dict: each missing recording once, in order)
     for name, ratio, curve in SUITES[suite]:
         path = folder / name
         if path.exists():
             arguments += ["--recorded", f"{path}:{ratio}:{curve}"]
-        elif not any(name in note for note in missing):
-            missing.append(f"{name} missing: python benchmarks/judge.py record --gemma GEMMA.gguf --dir {folder}")
-    return arguments, missing
+        else:
+            absent[name] = None
+    return arguments, [f"{name} missing: python benchmarks/judge.py record --gemma GEMMA.gguf --dir {folder}"
+                       for name in absent]
 
 
 # A variant's worst trace in a simulation this much below the shipped constants' counts as a fall (the

@@ -197,11 +197,12 @@ class SpeculativeDecoder:
                 # produced the target's own token there (greedy), or the chance it would have been
                 # accepted (sampled).
                 first_matched: bool | float | None = None
+                declined = bool(drafted.tokens) and not proposal.tokens
                 if greedy:
                     n_acc, token = _sampling.greedy_accept(proposal.tokens, out)
-                    if drafted.tokens and not proposal.tokens:
+                    if declined:
                         first_matched = drafted.tokens[0] == token
-                elif drafted.tokens and not proposal.tokens:
+                elif declined:
                     q = drafted.draft_probs[0] if drafted.draft_probs is not None else None
                     token, first_matched = _sampling.sample_declined(drafted.tokens[0], q, out[0], params, rng)
                     n_acc = 0
@@ -224,8 +225,7 @@ class SpeculativeDecoder:
                 if drafter is not None and not deferred:
                     drafter.accept(n_acc, new)
                 t_end = clock()
-                stats.record_round(len(proposal.tokens), n_acc, len(new),
-                                   declined=bool(drafted.tokens) and not proposal.tokens)
+                stats.record_round(len(proposal.tokens), n_acc, len(new), declined=declined)
                 stats.verify_seconds += t_end - t_verify
                 if deferred:
                     untold.append((new, t_verify - t_round, t_end - t_verify))
