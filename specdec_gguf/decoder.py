@@ -56,7 +56,9 @@ class SpeculativeDecoder:
     for a draft model, 64 for prompt lookup). ``adaptive=False`` drafts and verifies a fixed
     ``num_draft_tokens`` (default 4) every round; ``constants`` tunes the adaptive schedule
     (:class:`ScheduleConstants`: benchmarks compare variants with it); ``schedule`` plugs in any
-    other :class:`DraftSchedule`. Proposals shorter than ``draft_min`` are not verified.
+    other :class:`DraftSchedule`. Proposals shorter than ``draft_min`` are not verified. In sampled
+    decoding a proposal the drafter drew at random (a draft model's) is verified whole, whatever
+    the schedule's ``choose`` and ``draft_min`` say: its length was settled while drawing it.
     Greedy output equals the target's own greedy output for any drafter and k; sampling
     follows Chen et al. (2023). ``clock`` times rounds (a virtual clock in simulations).
     """
@@ -184,9 +186,13 @@ class SpeculativeDecoder:
                     proposal = drafter.propose(k, policy, rng, budget=schedule.budget(greedy)).prefix(k)
                     if proposal.parents is not None and not proposal.is_linear:
                         raise SpecDecError("the drafter proposed a tree; this decoder verifies linear proposals only")
-                    proposal = _fit_to_target(proposal, target.n_vocab)
+                    proposal, refused_row = _fit_to_target(proposal, target.n_vocab)
+                else:
+                    refused_row = None
                 drafted = proposal
-                if proposal.tokens:
+                # A drawn proposal is verified whole: its length was settled while drawing it, and a
+                # choice made from the drawn tokens themselves would skew which tokens get verified.
+                if proposal.tokens and (greedy or not _drawn(proposal)):
                     chosen = schedule.choose(proposal, greedy)
                     proposal = proposal.prefix(chosen) if chosen else NO_PROPOSAL
                     if len(proposal.tokens) < self.draft_min:
@@ -208,7 +214,7 @@ class SpeculativeDecoder:
                     n_acc = 0
                 else:
                     n_acc, token = _sampling.rejection_sample(
-                        proposal.tokens, proposal.draft_probs, out, params, rng)
+                        proposal.tokens, proposal.draft_probs, out, params, rng, refused_row=refused_row)
                 new = [*proposal.tokens[:n_acc], token]
                 last: Origin = "target" if not proposal.tokens else (
                     "bonus" if n_acc == len(proposal.tokens) else "correction")
@@ -339,23 +345,43 @@ def _holds(engine: SpeculativeEngine, committed: np.ndarray) -> bool:
     return bool(np.array_equal(tokens, committed))
 
 
-def _fit_to_target(proposal: DraftProposal, n_vocab: int) -> DraftProposal:
-    """Cut a proposal before the first id the target cannot take, and size q's rows to the target's vocabulary.
+def _drawn(proposal: DraftProposal) -> bool:
+    """Whether the drafter drew the proposal at random (it gave q): Chen et al.'s verification is
+    exact only when whether a drawn token is verified is settled before it is drawn."""
+    return proposal.draft_probs is not None
 
-    A draft vocabulary may be up to 128 ids larger than the target's (vocab.py); the target
-    gives such ids probability 0, so cutting there and dropping q's extra columns (or
-    padding missing ones with 0) leaves the acceptance and the residual exact.
+
+def _fit_to_target(proposal: DraftProposal, n_vocab: int) -> tuple[DraftProposal, np.ndarray | None]:
+    """Cut a proposal before the first id the target cannot take, and size q's rows to the target's
+    vocabulary. Also returns that id's q row where it was drawn (None otherwise).
+
+    A draft vocabulary may be up to 128 ids larger than the target's (vocab.py). The target gives
+    such an id probability 0: verified, a drawn one would be rejected for sure, so after the tokens
+    before it are accepted the next token comes from the residual with its q row
+    (``rejection_sample``'s ``refused_row``), not from p: the output stays exact. Dropping q's extra
+    columns (or padding missing ones with 0) leaves acceptance and residuals as they were.
     """
     tokens, probs = proposal.tokens, proposal.draft_probs
     if (not tokens or (min(tokens) >= 0 and max(tokens) < n_vocab)) \
             and (probs is None or probs.ndim == 1 or probs.shape[1] == n_vocab):
-        return proposal  # the common case, checked at C speed
+        return proposal, None  # the common case, checked at C speed
     cut = next((i for i, t in enumerate(tokens) if not 0 <= t < n_vocab), len(tokens))
+    refused: np.ndarray | None = None
+    if probs is not None and cut < len(tokens):
+        if probs.ndim != 2:
+            raise SpecDecError(f"the drafter drew id {tokens[cut]}, outside the target's vocabulary of {n_vocab}, "
+                               "and gave q(x) without full draft rows; the residual needs the full rows")
+        refused = _aligned(probs[cut:cut + 1], n_vocab)[0]
     proposal = proposal.prefix(cut)
     probs = proposal.draft_probs
     if probs is not None and probs.ndim == 2 and probs.shape[1] != n_vocab:
-        aligned = np.zeros((len(probs), n_vocab), dtype=probs.dtype)
-        width = min(n_vocab, probs.shape[1])
-        aligned[:, :width] = probs[:, :width]
-        proposal = dataclasses.replace(proposal, draft_probs=aligned)
-    return proposal
+        proposal = dataclasses.replace(proposal, draft_probs=_aligned(probs, n_vocab))
+    return proposal, refused
+
+
+def _aligned(rows: np.ndarray, n_vocab: int) -> np.ndarray:
+    """q rows ``[n, V_draft]`` as ``[n, n_vocab]``: extra columns dropped, missing ones 0."""
+    aligned = np.zeros((len(rows), n_vocab), dtype=rows.dtype)
+    width = min(n_vocab, rows.shape[1])
+    aligned[:, :width] = rows[:, :width]
+    return aligned

@@ -235,13 +235,18 @@ def rejection_sample(
     target_logits: np.ndarray,
     params: SamplingParams,
     rng: np.random.Generator,
+    *,
+    refused_row: np.ndarray | None = None,
 ) -> tuple[int, int]:
     """Chen et al. (2023) speculative sampling over a linear proposal.
 
     ``target_logits`` is ``[k + 1, V]``; ``draft_probs`` is None (one-hot q), ``[k, V]``
     or q(x) per token ``[k]``. Accept token x with probability min(1, p(x)/q(x)); at the
     first rejection draw from norm(max(0, p - q)); if all are accepted draw the bonus
-    token from p. Stops computing at the first rejection.
+    token from p. Stops computing at the first rejection. ``refused_row``: the q row of a drawn
+    token after the proposal that the target gives probability 0 (an id outside its
+    vocabulary): it would be rejected for sure, so after all are accepted the next token comes
+    from norm(max(0, p - q)) with that row instead.
     """
     for i, token in enumerate(draft_tokens):
         target_probs = probs_from_logits(target_logits[i], params)  # [V]
@@ -260,4 +265,7 @@ def rejection_sample(
             )
         return i, sample(residual_probs(target_probs, draft_row, token), rng)
     k = len(draft_tokens)
-    return k, sample(probs_from_logits(target_logits[k], params), rng)
+    target_probs = probs_from_logits(target_logits[k], params)
+    if refused_row is not None:
+        return k, sample(residual_probs(target_probs, refused_row, -1), rng)
+    return k, sample(target_probs, rng)

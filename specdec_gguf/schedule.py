@@ -560,8 +560,8 @@ class AdaptiveSchedule:
         """Can drafting up to ``lookahead`` more tokens, each accepted with ``confidence``, pay for
         drafting them and for the longer verify pass?"""
         costs = self._cost_table()
-        if not costs or drafted >= self.k_max:
-            return False
+        if not costs or drafted >= min(self.k_max, self._pass_limit(costs)):
+            return False  # (choose would not verify more: in sampled decoding a drawn proposal is verified whole)
         lam = self.rate()
         per_token = self.draft_price.per_token or 0.0
         base = costs[drafted]
@@ -576,16 +576,14 @@ class AdaptiveSchedule:
     def choose(self, proposal: DraftProposal, greedy: bool) -> int:
         tokens = proposal.tokens
         costs = self._cost_table()
-        cap = self._verify_cap if self._unvouched_cap is None else min(self._verify_cap, self._unvouched_cap)
+        cap = self._cap()
         if not tokens or not costs or not cap:
             return 0
         model = self.models[greedy]
         buckets = proposal.buckets if proposal.buckets is not None and not self._slot_buckets[greedy] \
             else range(len(tokens))
         lam = self.rate()
-        # Past the cap only after a streak (see below): otherwise the best within it is the answer.
-        exploring = self._full_streak >= self.c.explore_streak
-        longest = min(len(tokens), len(costs) - 1) if exploring else min(len(tokens), len(costs) - 1, cap)
+        longest = min(len(tokens), self._pass_limit(costs))
         # Time is worth no more than the best this proposal offers (its expected tokens per second):
         # declining teaches nothing, so the same copy would be declined again while the rate of one
         # that ended decays; at the end of a generation (proposals are cut to the room left) no
@@ -626,6 +624,19 @@ class AdaptiveSchedule:
         # off at a long one (small models) and one long wrong pass costs many tokens: go as long as
         # the cap allows (it doubles with each such pass) while that still beats a plain step.
         return cap if at_cap > plain else capped_k
+
+    def _cap(self) -> int:
+        """The verify cap now: it grows as passes at it are all accepted (see observe)."""
+        return self._verify_cap if self._unvouched_cap is None else min(self._verify_cap, self._unvouched_cap)
+
+    def _pass_limit(self, costs: Sequence[float]) -> int:
+        """The most tokens ``choose`` may verify in one pass now: the cap, or past it (exploring) after
+        a streak of passes at it all accepted (see choose), within the cost table."""
+        cap = self._cap()
+        if not cap:
+            return 0
+        exploring = self._full_streak >= self.c.explore_streak
+        return len(costs) - 1 if exploring else min(len(costs) - 1, cap)
 
     def _first_of_two(self, chain: Sequence[tuple[float, float]], costs: Sequence[float], lam: float,
                       entry: float, k: int) -> int:

@@ -138,7 +138,8 @@ class DrafterSettings:
 
     ``num_draft_tokens`` None takes :func:`default_num_draft_tokens` (see ``max_draft_tokens``);
     ``draft_min`` > 0 skips verifying proposals shorter than it (a plain step instead), as
-    llama.cpp's ``--draft-min`` does.
+    llama.cpp's ``--draft-min`` does (greedy, or prompt lookup: a draft model's sampled
+    proposals are verified whole, see SpeculativeDecoder).
     """
 
     kind: DrafterKind = "none"

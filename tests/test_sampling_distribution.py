@@ -18,15 +18,18 @@ from typing import Callable
 import numpy as np
 import pytest
 
+import specdec_gguf.decoder as decoder_module
 import specdec_gguf.drafters.autoregressive as autoregressive_module
 import specdec_gguf.sampling as sampling_module
 from specdec_gguf import SamplingParams, SpeculativeDecoder
 from specdec_gguf.drafters import AutoregressiveDrafter, PromptLookupDrafter
+from specdec_gguf.engine import DrafterBase
 from specdec_gguf.engines import InMemoryEngine
 from specdec_gguf.sampling import probs_from_logits
 
 from specdec_gguf.profile import CostProfile
-from specdec_gguf.schedule import AdaptiveSchedule
+from specdec_gguf.proposal import DraftProposal
+from specdec_gguf.schedule import AdaptiveSchedule, FixedSchedule
 
 from sampling_harness import CostedEngine, FakeClock, allowed_tokens, chi_square_p_value, target_joint
 
@@ -205,7 +208,7 @@ def test_q_without_filters_is_still_exact(monkeypatch):
 def broken_rejection_sample(accept_rule: str) -> Callable:
     """rejection_sample (sampling.py) with another acceptance test: 'q/p' accepts with
     min(1, q(x)/p(x)), 'p' with p(x) (q ignored). The rest is the real rule."""
-    def rejection_sample(draft_tokens, draft_probs, target_logits, params, rng):
+    def rejection_sample(draft_tokens, draft_probs, target_logits, params, rng, refused_row=None):
         for i, token in enumerate(draft_tokens):
             target_probs = probs_from_logits(target_logits[i], params)
             draft_row = draft_probs[i] if draft_probs is not None else None
@@ -241,10 +244,10 @@ def break_rule(monkeypatch, bug: str, params: SamplingParams) -> None:
         monkeypatch.setattr(sampling_module, "residual_probs", lambda target_probs, draft_row, token: target_probs)
     elif bug == "bonus row":
         monkeypatch.setattr(sampling_module, "rejection_sample",
-                            lambda tokens, q, logits, *a: real(tokens, q, _bonus_from_previous_row(logits), *a))
+                            lambda tokens, q, logits, *a, **kw: real(tokens, q, _bonus_from_previous_row(logits), *a, **kw))
     elif bug == "rows off by one":
         monkeypatch.setattr(sampling_module, "rejection_sample",
-                            lambda tokens, q, logits, *a: real(tokens, q, _shifted_rows(logits), *a))
+                            lambda tokens, q, logits, *a, **kw: real(tokens, q, _shifted_rows(logits), *a, **kw))
     elif bug == "p unfiltered":
         # The verifier's p drops the filters (the drafter's q keeps them).
         unfiltered = SamplingParams(temperature=params.temperature)
@@ -305,3 +308,104 @@ def test_seeded_sampling_is_reproducible(target, draft):
     assert runs[0] == runs[1]
     other = decoder.generate([1, 2], 50, SamplingParams(temperature=0.9, top_p=0.95, seed=99)).tokens
     assert other != runs[0]
+
+
+# -- a schedule reading the drawn tokens cannot bias the output -------------------------------
+
+class SureTokensOnly(FixedSchedule):
+    """Drafts K tokens and verifies them only up to the first one the draft gave q(x) < 0.5: the
+    kind of choice a schedule makes from a proposal's confidence (the adaptive schedule's buckets).
+
+    For a drawn token, q(x) is part of the draw: verifying x only when q(x) is high skews which
+    tokens reach verification, and a plain step (drawing from p) stands in for the others.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(K)
+        self.cut = 0  # proposals it would cut (the decoder tells observe about every proposal)
+
+    @staticmethod
+    def sure_prefix(proposal) -> int:
+        rows = proposal.draft_probs
+        if rows is None:
+            return len(proposal.tokens)
+        sure = [float(rows[i][t]) >= 0.5 for i, t in enumerate(proposal.tokens)]
+        return sure.index(False) if False in sure else len(sure)
+
+    def choose(self, proposal, greedy: bool) -> int:
+        return self.sure_prefix(proposal)
+
+    def observe(self, proposal, *args, **kwargs) -> None:
+        self.cut += self.sure_prefix(proposal) < len(proposal.tokens)
+
+
+def sure_tokens_p_value() -> tuple[float, int]:
+    target = make_target()
+    schedule = SureTokensOnly()
+    decoder = SpeculativeDecoder(target, make_drafter("draft-model", target), num_draft_tokens=K,
+                                 schedule=schedule)
+    params = PARAMS["temperature"]
+    counts, _ = sample_counts(decoder, params)
+    return chi_square_p_value(counts, reference(params)), schedule.cut
+
+
+def test_drawn_proposals_are_verified_whole_whatever_the_schedule_chooses():
+    """A drawn proposal's length is settled while drawing it (the drafter's budget stops it before
+    the next draw, from what it drew so far): the decoder verifies it whole, so no choice made
+    from the drawn tokens themselves can skew the output. Fails when the decoder cuts drawn
+    proposals where the schedule says (test_cutting_drawn_proposals_where_the_schedule_says_is_biased)."""
+    p, cut = sure_tokens_p_value()
+    assert cut >= TRIALS // 4, f"the schedule hardly wanted a cut ({cut}): the test shows nothing"
+    assert p > PASS_P
+
+
+def test_cutting_drawn_proposals_where_the_schedule_says_is_biased(monkeypatch):
+    """The negative control: honour the schedule's cut of a drawn proposal and the output is skewed."""
+    monkeypatch.setattr(decoder_module, "_drawn", lambda proposal: False)
+    p, _ = sure_tokens_p_value()
+    assert p < FAIL_P
+
+
+# -- a drawn id outside the target's vocabulary --------------------------------------------------
+
+class WideDrafter(DrafterBase):
+    """Draws K tokens independently from one fixed q over the target's vocabulary plus two more ids
+    (a draft vocabulary may be larger than the target's), a third of q's mass on those two."""
+
+    name = "wide"
+
+    def __init__(self) -> None:
+        self.q = np.array([0.3, 0.2, 0.1, 0.05, 0.02, 0.2, 0.13])  # ids 5 and 6: past the target's vocabulary
+
+    def start(self, prompt_tokens) -> None:
+        pass
+
+    def propose(self, max_tokens, policy, rng, budget=None) -> DraftProposal:
+        tokens = [sampling_module.sample(self.q, rng) for _ in range(max_tokens)]
+        return DraftProposal(tokens=tuple(tokens), draft_probs=np.tile(self.q, (len(tokens), 1)))
+
+    def accept(self, n_accepted, committed) -> None:
+        pass
+
+
+def wide_p_value() -> float:
+    target = make_target()
+    decoder = SpeculativeDecoder(target, WideDrafter(), num_draft_tokens=K, adaptive=False)
+    params = PARAMS["temperature"]
+    counts, _ = sample_counts(decoder, params)
+    return chi_square_p_value(counts, reference(params))
+
+
+def test_a_drawn_id_the_target_cannot_take_is_rejected_not_skipped():
+    """Verification stops before such an id (the target cannot take it), but as a drawn token it
+    counts as rejected (p gives it 0): the next token comes from the residual with its q row, so the
+    output stays exact. Fails when the token after the cut is drawn from p
+    (test_drawing_from_p_after_a_foreign_id_is_biased)."""
+    assert wide_p_value() > PASS_P
+
+
+def test_drawing_from_p_after_a_foreign_id_is_biased(monkeypatch):
+    """The negative control: forget the cut id's q row, and the output is skewed."""
+    real = decoder_module._fit_to_target
+    monkeypatch.setattr(decoder_module, "_fit_to_target", lambda proposal, n_vocab: (real(proposal, n_vocab)[0], None))
+    assert wide_p_value() < FAIL_P
