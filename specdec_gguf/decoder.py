@@ -57,8 +57,9 @@ class SpeculativeDecoder:
     ``num_draft_tokens`` (default 4) every round; ``constants`` tunes the adaptive schedule
     (:class:`ScheduleConstants`: benchmarks compare variants with it); ``schedule`` plugs in any
     other :class:`DraftSchedule`. Proposals shorter than ``draft_min`` are not verified. In sampled
-    decoding a proposal the drafter drew at random (a draft model's) is verified whole, whatever
-    the schedule's ``choose`` and ``draft_min`` say: its length was settled while drawing it.
+    decoding a proposal the drafter drew at random (a draft model's) is verified whole, or declined
+    on what ``choose`` says of its first token alone, which the plain step then verifies; its length
+    was settled while drawing it (``draft_min`` does not apply).
     Greedy output equals the target's own greedy output for any drafter and k; sampling
     follows Chen et al. (2023). ``clock`` times rounds (a virtual clock in simulations).
     """
@@ -190,13 +191,16 @@ class SpeculativeDecoder:
                 else:
                     refused_row = None
                 drafted = proposal
-                # A drawn proposal is verified whole: its length was settled while drawing it, and a
-                # choice made from the drawn tokens themselves would skew which tokens get verified.
                 if proposal.tokens and (greedy or not _drawn(proposal)):
                     chosen = schedule.choose(proposal, greedy)
                     proposal = proposal.prefix(chosen) if chosen else NO_PROPOSAL
                     if len(proposal.tokens) < self.draft_min:
                         proposal = NO_PROPOSAL  # too short to pay for a verify pass (llama.cpp's --draft-min)
+                elif proposal.tokens and not schedule.choose(proposal.prefix(1), greedy):
+                    # A drawn proposal is declined on its first token alone (which the plain step then
+                    # verifies) or verified whole: its length was settled while drawing it, and a cut
+                    # chosen from the drawn tokens themselves would skew which tokens get verified.
+                    proposal = NO_PROPOSAL
                 t_verify = clock()
                 out = target.forward_proposal(context[-1], proposal, greedy=greedy)
                 # A declined proposal still shows whether its first token was right: the plain step just
@@ -208,9 +212,12 @@ class SpeculativeDecoder:
                     n_acc, token = _sampling.greedy_accept(proposal.tokens, out)
                     if declined:
                         first_matched = drafted.tokens[0] == token
+                elif declined and _drawn(drafted):
+                    token, first_matched = _sampling.verify_declined(
+                        drafted.tokens[0], drafted.draft_probs[0], out[0], params, rng)  # type: ignore[index]
+                    n_acc = 0
                 elif declined:
-                    q = drafted.draft_probs[0] if drafted.draft_probs is not None else None
-                    token, first_matched = _sampling.sample_declined(drafted.tokens[0], q, out[0], params, rng)
+                    token, first_matched = _sampling.sample_declined(drafted.tokens[0], None, out[0], params, rng)
                     n_acc = 0
                 else:
                     n_acc, token = _sampling.rejection_sample(

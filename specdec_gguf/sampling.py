@@ -202,16 +202,39 @@ def sample_declined(token: int, draft_q: np.ndarray | float | None, target_logit
     chance min(1, p(x)/q(x)) that speculative sampling would have accepted ``token``, a drafted token
     nobody verified (``draft_q``: its q row ``[V]``, q(x) itself, or None for a deterministic
     drafter, q(x) = 1). The chance is free evidence of how right the draft is: the schedule learns from
-    it as greedy decoding learns from whether the declined token matched."""
+    it as greedy decoding learns from whether the declined token matched. For a deterministic drafter's
+    token (the decoder's use): a token a drafter drew at random goes to ``verify_declined``."""
     target_probs = probs_from_logits(target_logits, params)  # [V]
     if draft_q is None:
         q_x = 1.0
     else:
         q_x = float(draft_q[token]) if np.ndim(draft_q) == 1 else float(draft_q)  # type: ignore[index,arg-type]
+    return sample(target_probs, rng), _acceptance_chance(float(target_probs[token]), q_x)
+
+
+def _acceptance_chance(p_x: float, q_x: float) -> float:
+    """min(1, p(x)/q(x)), as rejection_sample decides: accepted when u·q(x) < p(x), u uniform in [0, 1)."""
+    return 0.0 if p_x <= 0.0 else 1.0 if p_x >= q_x else p_x / q_x
+
+
+def verify_declined(token: int, draft_row: np.ndarray, target_logits: np.ndarray, params: SamplingParams,
+                    rng: np.random.Generator) -> tuple[int, float]:
+    """A plain step's token where a drafter *drew* ``token`` (``draft_row``: its q row ``[V]``, or q(x)
+    alone) and the schedule declined to verify it: speculative sampling's test of ``token`` against
+    the plain step's own row (accepted with chance min(1, p(x)/q(x)), else a draw from
+    norm(max(0, p - q))), and that chance. Drawing from p instead would be exact only if declining
+    were settled before the draw; a schedule declines *because* of the drawn token's confidence,
+    and verifying it here, at no extra cost, keeps the output exact whatever it decides."""
+    target_probs = probs_from_logits(target_logits, params)  # [V]
+    row = draft_row if np.ndim(draft_row) == 1 else None
+    q_x = float(draft_row[token]) if row is not None else float(draft_row)  # type: ignore[index,arg-type]
     p_x = float(target_probs[token])
-    # As rejection_sample decides: accepted when u·q(x) < p(x), u uniform in [0, 1).
-    chance = 0.0 if p_x <= 0.0 else 1.0 if p_x >= q_x else p_x / q_x
-    return sample(target_probs, rng), chance
+    chance = _acceptance_chance(p_x, q_x)
+    if rng.random() * q_x < p_x:
+        return token, chance
+    if row is None:
+        raise SpecDecError("the drafter gave q(x) without full draft rows; the residual needs the full rows")
+    return sample(residual_probs(target_probs, row, token), rng), chance
 
 
 def greedy_accept(draft_tokens: Sequence[int], target_argmax: np.ndarray) -> tuple[int, int]:

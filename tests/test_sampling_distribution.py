@@ -317,12 +317,13 @@ class SureTokensOnly(FixedSchedule):
     kind of choice a schedule makes from a proposal's confidence (the adaptive schedule's buckets).
 
     For a drawn token, q(x) is part of the draw: verifying x only when q(x) is high skews which
-    tokens reach verification, and a plain step (drawing from p) stands in for the others.
+    tokens reach verification, where a plain step drawing from p stands in for the others.
     """
 
     def __init__(self) -> None:
         super().__init__(K)
-        self.cut = 0  # proposals it would cut (the decoder tells observe about every proposal)
+        self.cut = 0  # proposals it would cut past their first token
+        self.declined = 0
 
     @staticmethod
     def sure_prefix(proposal) -> int:
@@ -335,33 +336,45 @@ class SureTokensOnly(FixedSchedule):
     def choose(self, proposal, greedy: bool) -> int:
         return self.sure_prefix(proposal)
 
-    def observe(self, proposal, *args, **kwargs) -> None:
-        self.cut += self.sure_prefix(proposal) < len(proposal.tokens)
+    def observe(self, proposal, verified, *args, **kwargs) -> None:
+        self.cut += 0 < self.sure_prefix(proposal) < len(proposal.tokens)
+        self.declined += bool(proposal.tokens) and not verified
 
 
-def sure_tokens_p_value() -> tuple[float, int]:
+def sure_tokens_p_value() -> tuple[float, SureTokensOnly]:
     target = make_target()
     schedule = SureTokensOnly()
     decoder = SpeculativeDecoder(target, make_drafter("draft-model", target), num_draft_tokens=K,
                                  schedule=schedule)
     params = PARAMS["temperature"]
     counts, _ = sample_counts(decoder, params)
-    return chi_square_p_value(counts, reference(params)), schedule.cut
+    return chi_square_p_value(counts, reference(params)), schedule
 
 
-def test_drawn_proposals_are_verified_whole_whatever_the_schedule_chooses():
-    """A drawn proposal's length is settled while drawing it (the drafter's budget stops it before
-    the next draw, from what it drew so far): the decoder verifies it whole, so no choice made
-    from the drawn tokens themselves can skew the output. Fails when the decoder cuts drawn
-    proposals where the schedule says (test_cutting_drawn_proposals_where_the_schedule_says_is_biased)."""
-    p, cut = sure_tokens_p_value()
-    assert cut >= TRIALS // 4, f"the schedule hardly wanted a cut ({cut}): the test shows nothing"
+def test_a_schedule_reading_drawn_tokens_cannot_skew_the_output():
+    """A drawn proposal is declined on its first token alone, which the plain step then verifies
+    against its own row, or verified whole (its length was settled while drawing it, from what was
+    drawn so far): no choice made from the drawn tokens themselves skews the output. Fails when the
+    decoder cuts drawn proposals where the schedule says, or a declined round draws from p
+    (test_reading_drawn_tokens_skews_the_output_unless_guarded)."""
+    p, schedule = sure_tokens_p_value()
+    assert schedule.cut >= TRIALS // 4, f"the schedule hardly wanted a cut ({schedule.cut}): the test shows nothing"
+    assert schedule.declined >= TRIALS // 4, f"the schedule hardly declined ({schedule.declined})"
     assert p > PASS_P
 
 
-def test_cutting_drawn_proposals_where_the_schedule_says_is_biased(monkeypatch):
-    """The negative control: honour the schedule's cut of a drawn proposal and the output is skewed."""
-    monkeypatch.setattr(decoder_module, "_drawn", lambda proposal: False)
+def _declined_from_p(token, draft_row, target_logits, params, rng):
+    return sampling_module.sample_declined(token, draft_row, target_logits, params, rng)
+
+
+@pytest.mark.parametrize("guard", ["verified whole", "declined token verified"])
+def test_reading_drawn_tokens_skews_the_output_unless_guarded(monkeypatch, guard):
+    """The negative controls: honour the schedule's cut of a drawn proposal, or draw a declined round's
+    token from p (as if declining had been settled before the draw), and the output is skewed."""
+    if guard == "verified whole":
+        monkeypatch.setattr(decoder_module, "_drawn", lambda proposal: False)
+    else:
+        monkeypatch.setattr(sampling_module, "verify_declined", _declined_from_p)
     p, _ = sure_tokens_p_value()
     assert p < FAIL_P
 

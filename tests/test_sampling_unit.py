@@ -7,7 +7,7 @@ import pytest
 
 from specdec_gguf import ConfigError, SamplingParams, SpecDecError
 from specdec_gguf.sampling import (greedy_accept, probs_from_logits, rejection_sample, residual_probs,
-                                   sample, sample_declined)
+                                   sample, sample_declined, verify_declined)
 
 LOGITS = np.log(np.array([0.5, 0.2, 0.15, 0.1, 0.05]))
 
@@ -158,3 +158,23 @@ def test_rejection_without_full_draft_rows_raises():
 def test_bad_sampling_params_name_the_value(kwargs, name):
     with pytest.raises(ConfigError, match=name):
         SamplingParams(**kwargs)
+
+
+def test_a_declined_drawn_token_is_verified_against_the_plain_row():
+    """A drawn token the schedule declined is tested as speculative sampling tests it: kept with chance
+    min(1, p(x)/q(x)), else the token comes from the residual (never x itself). Fails if the step drew
+    from p (x would come back with chance p(x) = 0.2, not 0.25, and after rejections too)."""
+    params = SamplingParams(temperature=1.0)
+    q = np.array([0.1, 0.8, 0.05, 0.03, 0.02])
+    kept = 0
+    for seed in range(4000):
+        token, chance = verify_declined(1, q, LOGITS, params, np.random.default_rng(seed))
+        assert chance == pytest.approx(0.25, rel=1e-6)
+        kept += token == 1
+    assert abs(kept / 4000 - 0.25) < 4 * (0.25 * 0.75 / 4000) ** 0.5
+
+
+def test_a_declined_drawn_token_without_its_row_cannot_be_rejected():
+    with pytest.raises(SpecDecError, match="full rows"):
+        for seed in range(50):  # q(x) = 0.9 > p(x) = 0.2: a rejection comes quickly
+            verify_declined(1, np.float32(0.9), LOGITS, SamplingParams(temperature=1.0), np.random.default_rng(seed))
