@@ -57,9 +57,9 @@ class SpeculativeDecoder:
     ``num_draft_tokens`` (default 4) every round; ``constants`` tunes the adaptive schedule
     (:class:`ScheduleConstants`: benchmarks compare variants with it); ``schedule`` plugs in any
     other :class:`DraftSchedule`. Proposals shorter than ``draft_min`` are not verified. In sampled
-    decoding a proposal the drafter drew at random (a draft model's) is verified whole, or declined
-    on what ``choose`` says of its first token alone, which the plain step then verifies; its length
-    was settled while drawing it (``draft_min`` does not apply).
+    decoding a proposal the drafter drew at random (a draft model's) is verified whole: its length was
+    settled while drawing it (``draft_min`` does not apply). Only a one-token one may be declined
+    (``choose`` returning 0), and the plain step then verifies its token.
     Greedy output equals the target's own greedy output for any drafter and k; sampling
     follows Chen et al. (2023). ``clock`` times rounds (a virtual clock in simulations).
     """
@@ -196,10 +196,12 @@ class SpeculativeDecoder:
                     proposal = proposal.prefix(chosen) if chosen else NO_PROPOSAL
                     if len(proposal.tokens) < self.draft_min:
                         proposal = NO_PROPOSAL  # too short to pay for a verify pass (llama.cpp's --draft-min)
-                elif proposal.tokens and not schedule.choose(proposal.prefix(1), greedy):
-                    # A drawn proposal is declined on its first token alone (which the plain step then
-                    # verifies) or verified whole: its length was settled while drawing it, and a cut
-                    # chosen from the drawn tokens themselves would skew which tokens get verified.
+                elif len(proposal.tokens) == 1 and not schedule.choose(proposal, greedy):
+                    # A drawn proposal is verified whole: its length was settled while drawing it (a
+                    # drafter draws on only where what it drew so far says more can pay), and a cut
+                    # chosen from the drawn tokens themselves would skew which tokens get verified. Only
+                    # a one-token one may be declined, as its token alone decides: the plain step then
+                    # verifies that token.
                     proposal = NO_PROPOSAL
                 t_verify = clock()
                 out = target.forward_proposal(context[-1], proposal, greedy=greedy)

@@ -313,15 +313,15 @@ def test_seeded_sampling_is_reproducible(target, draft):
 # -- a schedule reading the drawn tokens cannot bias the output -------------------------------
 
 class SureTokensOnly(FixedSchedule):
-    """Drafts K tokens and verifies them only up to the first one the draft gave q(x) < 0.5: the
+    """Drafts ``k`` tokens and verifies them only up to the first one the draft gave q(x) < 0.5: the
     kind of choice a schedule makes from a proposal's confidence (the adaptive schedule's buckets).
 
     For a drawn token, q(x) is part of the draw: verifying x only when q(x) is high skews which
     tokens reach verification, where a plain step drawing from p stands in for the others.
     """
 
-    def __init__(self) -> None:
-        super().__init__(K)
+    def __init__(self, k: int) -> None:
+        super().__init__(k)
         self.cut = 0  # proposals it would cut past their first token
         self.declined = 0
 
@@ -341,9 +341,9 @@ class SureTokensOnly(FixedSchedule):
         self.declined += bool(proposal.tokens) and not verified
 
 
-def sure_tokens_p_value() -> tuple[float, SureTokensOnly]:
+def sure_tokens_p_value(k: int) -> tuple[float, SureTokensOnly]:
     target = make_target()
-    schedule = SureTokensOnly()
+    schedule = SureTokensOnly(k)
     decoder = SpeculativeDecoder(target, make_drafter("draft-model", target), num_draft_tokens=K,
                                  schedule=schedule)
     params = PARAMS["temperature"]
@@ -352,13 +352,15 @@ def sure_tokens_p_value() -> tuple[float, SureTokensOnly]:
 
 
 def test_a_schedule_reading_drawn_tokens_cannot_skew_the_output():
-    """A drawn proposal is declined on its first token alone, which the plain step then verifies
-    against its own row, or verified whole (its length was settled while drawing it, from what was
-    drawn so far): no choice made from the drawn tokens themselves skews the output. Fails when the
-    decoder cuts drawn proposals where the schedule says, or a declined round draws from p
+    """A drawn proposal is verified whole (its length was settled while drawing it, from what was drawn
+    so far), and a one-token one declined (its token alone decides) is verified by the plain step
+    against its own row: no choice made from the drawn tokens themselves skews the output. Fails when
+    the decoder cuts drawn proposals where the schedule says, or a declined round draws from p
     (test_reading_drawn_tokens_skews_the_output_unless_guarded)."""
-    p, schedule = sure_tokens_p_value()
+    p, schedule = sure_tokens_p_value(K)
     assert schedule.cut >= TRIALS // 4, f"the schedule hardly wanted a cut ({schedule.cut}): the test shows nothing"
+    assert p > PASS_P
+    p, schedule = sure_tokens_p_value(1)
     assert schedule.declined >= TRIALS // 4, f"the schedule hardly declined ({schedule.declined})"
     assert p > PASS_P
 
@@ -367,15 +369,15 @@ def _declined_from_p(token, draft_row, target_logits, params, rng):
     return sampling_module.sample_declined(token, draft_row, target_logits, params, rng)
 
 
-@pytest.mark.parametrize("guard", ["verified whole", "declined token verified"])
-def test_reading_drawn_tokens_skews_the_output_unless_guarded(monkeypatch, guard):
+@pytest.mark.parametrize("guard, k", [("verified whole", K), ("declined token verified", 1)])
+def test_reading_drawn_tokens_skews_the_output_unless_guarded(monkeypatch, guard, k):
     """The negative controls: honour the schedule's cut of a drawn proposal, or draw a declined round's
     token from p (as if declining had been settled before the draw), and the output is skewed."""
     if guard == "verified whole":
         monkeypatch.setattr(decoder_module, "_drawn", lambda proposal: False)
     else:
         monkeypatch.setattr(sampling_module, "verify_declined", _declined_from_p)
-    p, _ = sure_tokens_p_value()
+    p, _ = sure_tokens_p_value(k)
     assert p < FAIL_P
 
 
