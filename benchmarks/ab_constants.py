@@ -3,7 +3,7 @@
 Usage:
   python benchmarks/ab_constants.py CASE [--kind prompt-lookup|draft-model] [--threads 2] [-n 64]
                                     [--repeats 20] [--k 4,6] [--adaptive-k 16] [--set default] [--variant NAME:field=value,...] [--detail]
-                                    [--cache-from DIR] [--shared-store]
+                                    [--cache-from DIR] [--shared-store] [--temp 0.8 --seed 0]
 
 CASE: a tiny family of benchmarks/matrix.py (tiny-f32, tiny-wide, tiny-mid-q8, tiny-big-q8: written
 to a temporary folder) or a target GGUF path (``--draft`` for its draft model). A variant replaces
@@ -12,7 +12,8 @@ null arm: the shipped constants under another name, whose distance from ``shippe
 fixed-k arms;
 ``--adaptive-k`` adds the shipped adaptive schedule with other bounds on a proposal's length (a draft
 model's is 8); ``--detail`` adds where each arm's time goes (target passes per answer and how many declined their
-proposal, the shares of time spent drafting and outside llama.cpp).
+proposal, the shares of time spent drafting and outside llama.cpp); ``--temp`` samples (every trial with
+``--seed``: the arms of a prompt draw alike where they draw alike) instead of decoding greedily.
 
 Arms are interleaved as `specdec bench` interleaves its strategies (``benchmark.run_trials``: a fresh
 decoder per trial that prefills its prompt, as `specdec run` starts), on a built-in prompt set (`--set`), with
@@ -44,6 +45,7 @@ from specdec_gguf.decoder import SpeculativeDecoder  # noqa: E402
 from specdec_gguf.engine import TextModel  # noqa: E402
 from specdec_gguf.factory import open_engine  # noqa: E402
 from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
+from specdec_gguf.sampling import SamplingParams  # noqa: E402
 from specdec_gguf.schedule import ScheduleConstants  # noqa: E402
 from specdec_gguf.settings import DrafterSettings, EngineSettings  # noqa: E402
 from matrix import TINY, strategies as matrix_strategies, write_case  # noqa: E402
@@ -71,6 +73,13 @@ def parse_variant(spec: str) -> tuple[str, ScheduleConstants]:
     if not name or name in ("plain", "shipped") or " k=" in name or " adaptive" in name:
         raise SystemExit(f"--variant {spec!r}: give it a name of its own")
     return name, dataclasses.replace(shipped, **changes)
+
+
+def sampling_for(temperature: float, seed: int) -> SamplingParams:
+    """``--temp`` and ``--seed`` as every trial samples (temperature 0: greedy). One seed for every trial:
+    the arms of a prompt draw from the same generator state, so where two arms' rounds line up they
+    draw alike, and the differences between arms are theirs, not the draws'."""
+    return SamplingParams(temperature=temperature, seed=seed if temperature > 0 else None)
 
 
 def use_store(root: Path, arm: str) -> None:
@@ -115,6 +124,9 @@ def main() -> None:
                         help="start from a copy of this user cache folder (its profiles/ and calibrations/)")
     parser.add_argument("--shared-store", action="store_true",
                         help="one calibration store for every arm (as before 2026-12-05's twenty-first session)")
+    parser.add_argument("--temp", type=float, default=0.0,
+                        help="sampling temperature (0: greedy); each trial samples with --seed")
+    parser.add_argument("--seed", type=int, default=0, help="with --temp: the sampling seed of every trial")
     parser.add_argument("--detail", action="store_true",
                         help="also print, per arm, where an answer's time goes (passes, declined ones, drafting, outside llama.cpp)")
     args = parser.parse_args()
@@ -143,12 +155,14 @@ def main() -> None:
             if args.kind == "draft-model" else None
         try:
             prompts = [(pid, target.tokenize(text)) for pid, _, text in PROMPT_SETS[args.set]]
-            trials = run_trials(target, draft, strategies, prompts, args.n, args.repeats)
+            trials = run_trials(target, draft, strategies, prompts, args.n, args.repeats,
+                                sampling_for(args.temp, args.seed))
         finally:
             for engine in (draft, target):
                 if engine is not None:
                     engine.close()
-    print(f"{args.case}, {args.kind}, '{args.set}' prompts, {args.threads} thread(s), {args.n} tokens, {args.repeats} repeats: "
+    decoding = f"temperature {args.temp}, seed {args.seed}" if args.temp > 0 else "greedy"
+    print(f"{args.case}, {args.kind}, {decoding}, '{args.set}' prompts, {args.threads} thread(s), {args.n} tokens, {args.repeats} repeats: "
           "arm / plain (median throughput per prompt)")
     reports = summarize(trials, strategies)
     for report in reports[1:]:

@@ -184,7 +184,9 @@ class DraftSchedule(Protocol):
 
     def choose(self, proposal: DraftProposal, greedy: bool) -> int:
         """How many of ``proposal``'s tokens to verify (the decoder asked for no more than the
-        generation has room for)."""
+        generation has room for). For a proposal a drafter drew at random (sampled decoding with a
+        draft model: it carries q) the decoder asks only about a one-token one (0 declines it) and
+        verifies longer ones whole: exactness forbids choosing from the drawn tokens themselves."""
         ...
 
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,

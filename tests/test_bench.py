@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from specdec_cli.app import app
 from specdec_gguf.benchmark import Strategy, Trial, peer_strategy, run_trials, summarize
+from specdec_gguf.errors import ConfigError
 from specdec_gguf.settings import DrafterSettings
 
 PLAIN = Strategy("plain", DrafterSettings(kind="none"))
@@ -643,3 +644,16 @@ def test_a_variant_without_fields_is_a_null_arm():
     assert parse_variant("same") == ("same", ScheduleConstants())
     with pytest.raises(SystemExit, match="a name of its own"):
         parse_variant("shipped")
+
+
+def test_ab_constants_samples_every_trial_alike_or_decodes_greedily():
+    """ab_constants.py --temp T --seed S: every trial samples at T from the same seed (the arms of a prompt
+    draw alike where their rounds line up); --temp 0 decodes greedily. Fails if the seed were dropped
+    (trials would draw differently) or temperature 0 sampled."""
+    sampling_for = _benchmark("ab_constants").sampling_for
+    params = sampling_for(0.8, 3)
+    assert params.temperature == 0.8 and not params.greedy
+    assert params.rng().random() == sampling_for(0.8, 3).rng().random()
+    assert sampling_for(0.0, 3).greedy
+    with pytest.raises(ConfigError, match="temperature"):
+        sampling_for(-1.0, 3)
