@@ -35,7 +35,7 @@ CtxSizeDraftOpt = Annotated[Optional[int], typer.Option("-cd", "--ctx-size-draft
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="TOML config with \\[target], \\[draft], \\[drafter], \\[sampling] tables.", rich_help_panel=MODEL)]
 PromptLookupOpt = Annotated[bool, typer.Option("--prompt-lookup", help="Draft by n-gram lookup (no draft model).", rich_help_panel=DRAFTER)]
 NumDraftOpt = Annotated[Optional[int], typer.Option("-k", "--num-draft-tokens", "--draft-max", help="Tokens drafted per round; the most, when adaptive (default: 4 fixed; 8 adaptive draft model, 64 adaptive lookup).", rich_help_panel=DRAFTER)]
-DraftMinOpt = Annotated[Optional[int], typer.Option("--draft-min", help="Don't verify proposals shorter than this (a plain step instead).", rich_help_panel=DRAFTER)]
+DraftMinOpt = Annotated[Optional[int], typer.Option("--draft-min", help="Don't verify proposals shorter than this (a plain step instead; not a draft model's sampled ones, which are verified whole).", rich_help_panel=DRAFTER)]
 AdaptiveOpt = Annotated[Optional[bool], typer.Option("--adaptive/--fixed-k", help="Choose k per round from measured cost and acceptance (default) or always draft k.", rich_help_panel=DRAFTER)]
 DraftPMinOpt = Annotated[Optional[float], typer.Option("--draft-p-min", help="Stop a draft when the draft's top probability falls below this.", rich_help_panel=DRAFTER)]
 NgramMaxOpt = Annotated[Optional[int], typer.Option("--ngram-max", help="Longest n-gram prompt lookup matches.", rich_help_panel=DRAFTER)]
