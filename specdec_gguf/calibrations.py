@@ -65,10 +65,12 @@ def pair_key(target: SpeculativeEngine, drafter: DrafterEngine) -> str | None:
     draft = drafter.cost_engine
     if not isinstance(target, TextModel) or (draft is not None and not isinstance(draft, TextModel)):
         return None
-    buckets = [len(drafter.acceptance_priors(greedy)) for greedy in (True, False)]
-    if not all(buckets):
+    # A calibration is of the drafter's priors: one fitted to other priors (an earlier version's) would
+    # mislead, so the priors are part of the key.
+    priors = [[round(float(p), 6) for p in drafter.acceptance_priors(greedy)] for greedy in (True, False)]
+    if not all(priors):
         return None
-    return json.dumps({"target": target.profile_key, "drafter": drafter.name, "buckets": buckets,
+    return json.dumps({"target": target.profile_key, "drafter": drafter.name, "priors": priors,
                        "draft": draft.profile_key if draft is not None else None}, sort_keys=True)
 
 

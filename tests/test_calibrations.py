@@ -398,3 +398,15 @@ def test_a_draft_models_short_generations_pass_on_only_their_new_outcomes(trace_
     lookup = _lookup_decoder(trace_target)
     lookup.generate(TRACE.prompt, 2, ignore_eog=True)
     assert lookup.schedule.models[True].outcomes > 0 and calibrations._read(KEY).pending == {}
+
+
+def test_the_key_changes_with_the_drafters_priors(tiny_engines):
+    """A calibration is of the drafter's priors: one fitted to other priors (an earlier version's) must not
+    be recalled. Fails if the key named only how many buckets there are."""
+    target, draft = tiny_engines
+
+    class OtherPriors(AutoregressiveDrafter):
+        def acceptance_priors(self, greedy):
+            return tuple(min(0.99, p + 0.05) for p in super().acceptance_priors(greedy))
+
+    assert calibrations.pair_key(target, OtherPriors(draft)) != calibrations.pair_key(target, AutoregressiveDrafter(draft))

@@ -1326,3 +1326,36 @@ def test_on_long_steps_a_copy_is_followed_from_its_first_tokens(trace_id, monkey
 
     assert seconds("gemma-epyc-1t") < 0.95 * seconds("gemma-epyc-1t", short_matches_from=None)
     assert seconds("tiny-f32") == seconds("tiny-f32", short_matches_from=None)
+
+
+def _sampled_cold_run(noise: float) -> tuple[int, int, int]:
+    """A fresh adaptive decoder, sampling at T = 1, its draft the target plus ``noise``, on a fake clock
+    and a profile shaped like tiny-big-q8's (a 2-token pass costs 1.94 one-token passes, longer ones
+    little more): target passes, drafted and accepted tokens of a 64-token answer."""
+    from sampling_harness import CostedEngine, FakeClock
+    from specdec_gguf import SamplingParams
+    from specdec_gguf.drafters import AutoregressiveDrafter
+    from specdec_gguf.engines import InMemoryEngine
+
+    clock = FakeClock()
+    base = InMemoryEngine.random(256, seed=1, sharpness=1.0 if noise < 0.5 else 3.0)
+    target = CostedEngine(base, clock, per_pass=8e-3, per_token=0.0)
+    drafter = AutoregressiveDrafter(CostedEngine(base.perturbed(noise, seed=2), clock, per_pass=5e-4, per_token=0.0))
+    profile = CostProfile({1: 8e-3, 2: 15.5e-3, 3: 16.8e-3, 5: 19.2e-3, 9: 24e-3})
+    schedule = AdaptiveSchedule(8, target_costs=profile, draft_costs=CostProfile({1: 5e-4}),
+                                priors={g: drafter.acceptance_priors(g) for g in (True, False)})
+    decoder = SpeculativeDecoder(target, drafter, num_draft_tokens=8, schedule=schedule, clock=clock)
+    stats = decoder.generate([1, 2, 3], 64, SamplingParams(temperature=1.0, seed=0)).stats
+    return stats.target_passes, stats.drafted, stats.accepted
+
+
+def test_a_sampled_draft_that_agrees_is_verified_from_a_cold_start():
+    """Sampled, a draft model's bucket is q(x) of the drawn token, and a low q(x) is often a confident
+    draft's less likely token, which the target takes as often: the priors must not say such tokens
+    fail. With the greedy priors (0.15 at q(x) < 0.3) a cold run never verified a draft that is the
+    target plus a little noise (64 passes for 64 tokens); a draft that disagrees is still dropped
+    after a few rounds."""
+    passes, drafted, accepted = _sampled_cold_run(0.1)
+    assert passes <= 40 and accepted >= 30, (passes, drafted, accepted)
+    passes, drafted, accepted = _sampled_cold_run(1.0)
+    assert drafted <= 24 and passes >= 56, (passes, drafted, accepted)
