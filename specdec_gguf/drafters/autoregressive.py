@@ -129,8 +129,8 @@ class AutoregressiveDrafter(DrafterBase):
                 bucket = _prob_bucket(confidence)
                 buckets.append(bucket)
                 reach *= budget.confidence(bucket, len(tokens) - 1)
-                # Guess the next tokens as sure as the next one would be in this bucket.
-                if not budget.keep_drafting(len(tokens), reach, budget.confidence(bucket, len(tokens))):
+                # Draw on only where the next tokens can pay, guessed before drawing them (budget.guess).
+                if not budget.keep_drafting(len(tokens), reach, budget.guess(bucket, len(tokens))):
                     break
         if not tokens:
             return NO_PROPOSAL
