@@ -182,14 +182,12 @@ class SpeculativeDecoder:
                         k = min(schedule.next_k(room), room)
                 deferred = plain_left > 0
                 plain_left -= deferred
-                proposal = NO_PROPOSAL
+                proposal, refused_row = NO_PROPOSAL, None
                 if k > 0:
                     proposal = drafter.propose(k, policy, rng, budget=schedule.budget(greedy)).prefix(k)
                     if proposal.parents is not None and not proposal.is_linear:
                         raise SpecDecError("the drafter proposed a tree; this decoder verifies linear proposals only")
                     proposal, refused_row = _fit_to_target(proposal, target.n_vocab)
-                else:
-                    refused_row = None
                 drafted = proposal
                 if proposal.tokens and (greedy or not _drawn(proposal)):
                     chosen = schedule.choose(proposal, greedy)
@@ -378,8 +376,8 @@ def _fit_to_target(proposal: DraftProposal, n_vocab: int) -> tuple[DraftProposal
     refused: np.ndarray | None = None
     if probs is not None and cut < len(tokens):
         if probs.ndim != 2:
-            raise SpecDecError(f"the drafter drew id {tokens[cut]}, outside the target's vocabulary of {n_vocab}, "
-                               "and gave q(x) without full draft rows; the residual needs the full rows")
+            raise SpecDecError(f"the drafter drew id {tokens[cut]}, outside the target's vocabulary of {n_vocab}: "
+                               + _sampling.NEEDS_ROWS)
         refused = _aligned(probs[cut:cut + 1], n_vocab)[0]
     proposal = proposal.prefix(cut)
     probs = proposal.draft_probs

@@ -205,11 +205,17 @@ def sample_declined(token: int, draft_q: np.ndarray | float | None, target_logit
     it as greedy decoding learns from whether the declined token matched. For a deterministic drafter's
     token (the decoder's use): a token a drafter drew at random goes to ``verify_declined``."""
     target_probs = probs_from_logits(target_logits, params)  # [V]
-    if draft_q is None:
-        q_x = 1.0
-    else:
-        q_x = float(draft_q[token]) if np.ndim(draft_q) == 1 else float(draft_q)  # type: ignore[index,arg-type]
+    q_x = 1.0 if draft_q is None else _q_of(token, draft_q)
     return sample(target_probs, rng), _acceptance_chance(float(target_probs[token]), q_x)
+
+
+# Why a rejection needs q's row: the residual norm(max(0, p - q)) is over the whole vocabulary.
+NEEDS_ROWS = "the drafter gave q(x) without full draft rows; the residual needs the full rows"
+
+
+def _q_of(token: int, draft_q: np.ndarray | float) -> float:
+    """q(x) from a q row ``[V]`` or q(x) itself."""
+    return float(draft_q[token]) if np.ndim(draft_q) == 1 else float(draft_q)  # type: ignore[index,arg-type]
 
 
 def _acceptance_chance(p_x: float, q_x: float) -> float:
@@ -226,15 +232,13 @@ def verify_declined(token: int, draft_row: np.ndarray, target_logits: np.ndarray
     were settled before the draw; a schedule declines *because* of the drawn token's confidence,
     and verifying it here, at no extra cost, keeps the output exact whatever it decides."""
     target_probs = probs_from_logits(target_logits, params)  # [V]
-    row = draft_row if np.ndim(draft_row) == 1 else None
-    q_x = float(draft_row[token]) if row is not None else float(draft_row)  # type: ignore[index,arg-type]
-    p_x = float(target_probs[token])
+    q_x, p_x = _q_of(token, draft_row), float(target_probs[token])
     chance = _acceptance_chance(p_x, q_x)
     if rng.random() * q_x < p_x:
         return token, chance
-    if row is None:
-        raise SpecDecError("the drafter gave q(x) without full draft rows; the residual needs the full rows")
-    return sample(residual_probs(target_probs, row, token), rng), chance
+    if np.ndim(draft_row) != 1:
+        raise SpecDecError(NEEDS_ROWS)
+    return sample(residual_probs(target_probs, draft_row, token), rng), chance
 
 
 def greedy_accept(draft_tokens: Sequence[int], target_argmax: np.ndarray) -> tuple[int, int]:
@@ -283,9 +287,7 @@ def rejection_sample(
         if rng.random() * q_x < target_probs[token]:
             continue
         if draft_row is None and draft_probs is not None and q_x < 1.0:
-            raise SpecDecError(
-                "the drafter gave q(x) without full draft rows; the residual needs the full rows"
-            )
+            raise SpecDecError(NEEDS_ROWS)
         return i, sample(residual_probs(target_probs, draft_row, token), rng)
     k = len(draft_tokens)
     target_probs = probs_from_logits(target_logits[k], params)

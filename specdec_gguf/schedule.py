@@ -162,8 +162,8 @@ class ScheduleConstants:
     # next draw's (a confident draft's less likely token is followed by a sure one as often), and a
     # drawn proposal is verified whole (no cut after drawing). Side by side at T = 0.8 and 1.0, several
     # seeds, a null arm (docs/performance.md, "twenty-fifth"): tiny-big-q8 +0% to +13%, tiny F32
-    # +1.6% / +2.2% (0.974x plain), tiny-wide +10%, +12% and once -6%, Gemma F16 drafted by its Q4_K_M
-    # (where nothing pays) 1.006x against 0.997x-1.000x.
+    # +1.6% / +2.2% (0.974x plain) and once -2% (its null arms 1% apart), tiny-wide +10%, +12% and once
+    # -6%, Gemma F16 drafted by its Q4_K_M (where nothing pays) 1.006x against 0.997x-1.000x.
     sampled_mean_guess: bool = True
 
 
