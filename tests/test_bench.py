@@ -533,6 +533,32 @@ def test_the_matrix_runs_its_targets_and_llama_cpp_peers_in_exact_mode_when_aske
     assert peers == [False] * len(matrix.NGRAM_MODES) + [True] * len(matrix.NGRAM_MODES)
 
 
+def test_the_matrix_writes_a_q4_k_m_case_by_requantizing_and_keeps_only_the_pair(monkeypatch, tmp_path):
+    """A matrix case in Q4_K_M (tiny-deep-q4k) is written as Q8_0 and requantized: the folder then holds the
+    Q4_K_M pair alone and both files decode. Fails if
+    the Q8_0 files were left beside them (a 1 GB case) or the pair came out in another type."""
+    from gguf import GGUFReader
+
+    from specdec_gguf.engines import LlamaCppEngine
+    from specdec_gguf.tiny import TinyShape
+
+    matrix = _benchmark("matrix")
+    monkeypatch.setitem(matrix.TINY, "tiny-test-q4k", (2, 1, 0.0, TinyShape(n_embd=256, n_head=4, n_ff=512), "q4_k_m"))
+    family = matrix.write_case("tiny-test-q4k", tmp_path / "case")
+    assert sorted(p.name for p in (tmp_path / "case").rglob("*")) == ["tiny-draft.gguf", "tiny-target.gguf"]
+    for path in family:
+        assert int(GGUFReader(path).fields["general.file_type"].parts[-1][0]) == 15  # Q4_K_M
+    assert "tiny-test-q4k" not in matrix.DEFAULT_TINY and set(matrix.DEFAULT_TINY) <= set(matrix.TINY)
+    with LlamaCppEngine(family.target, n_ctx=128, n_threads=1) as target, \
+            LlamaCppEngine(family.draft, n_ctx=128, n_threads=1) as draft:
+        from specdec_gguf import SpeculativeDecoder
+
+        prompt = target.tokenize("Once upon a time")
+        answers = [SpeculativeDecoder(e, None).generate(prompt, 8, ignore_eog=True).tokens for e in (target, draft)]
+        # (not equal: Q4_K_M picks Q6_K for some layers by the model's depth, so layer 0 differs between them)
+        assert [len(a) for a in answers] == [8, 8]
+
+
 def test_round_log_says_where_choose_verified_a_copy_in_two_passes(capsys):
     """benchmarks/round_log.py marks a round whose pass choose shortened so that a second pass takes the
     rest, with what one pass would have verified; with the rule off no round is marked. Fails if the

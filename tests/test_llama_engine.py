@@ -8,6 +8,7 @@ import pytest
 from specdec_gguf import SamplingParams, SpeculativeDecoder
 from specdec_gguf.drafters import AutoregressiveDrafter, PromptLookupDrafter
 from specdec_gguf.engines import LlamaCppEngine
+from specdec_gguf.tiny import TinyShape, write_tiny_family
 
 from identity import assert_matches_plain, plain_reference, strict_identity
 
@@ -330,6 +331,25 @@ def test_requantize_writes_the_type_asked_and_the_result_decodes(tiny_family, tm
     with LlamaCppEngine(dest, n_ctx=256, n_threads=1) as target:
         prompt = target.tokenize(PROMPT_TEXT)
         assert len(SpeculativeDecoder(target, PromptLookupDrafter()).generate(prompt, 24).tokens) == 24
+
+
+def test_requantize_to_q4_k_m_falls_back_where_rows_do_not_fit(tmp_path):
+    """Q4_K packs rows in blocks of 256: a 256-wide model's matrices take it, a 64-wide one's fall back."""
+    from gguf import GGUFReader
+
+    from specdec_gguf.engines.llama_cpp import requantize
+
+    wide = write_tiny_family(tmp_path / "wide", target_layers=2, shape=TinyShape(n_embd=256, n_head=4, n_ff=512))
+    for source, k_quants in ((wide.target, True), (write_tiny_family(tmp_path / "narrow").target, False)):
+        dest = requantize(source, tmp_path / f"{source.parent.name}-q4km.gguf", "q4_k_m", threads=1)
+        reader = GGUFReader(dest)
+        assert int(reader.fields["general.file_type"].parts[-1][0]) == 15  # LLAMA_FTYPE_MOSTLY_Q4_K_M
+        matrices = {t.name: t.tensor_type.name for t in reader.tensors if len(t.shape) == 2}
+        assert ("Q4_K" in matrices.values()) == k_quants, matrices
+        assert "F32" not in matrices.values(), matrices
+        with LlamaCppEngine(dest, n_ctx=256, n_threads=1) as target:
+            prompt = target.tokenize(PROMPT_TEXT)
+            assert len(SpeculativeDecoder(target, PromptLookupDrafter()).generate(prompt, 16).tokens) == 16
 
 
 def test_requantize_names_what_is_wrong(tiny_family, tmp_path):

@@ -17,7 +17,10 @@ from ...modelfile import written_whole
 from .runtime import LogCapture, ensure_initialised
 
 # The file types offered (llama.cpp's ``llama_ftype``): matrices in that type, 1-d tensors as they are.
-FILE_TYPES = {"f16": lc.LLAMA_FTYPE_MOSTLY_F16, "q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0, "q4_0": lc.LLAMA_FTYPE_MOSTLY_Q4_0}
+# q4_k_m is llama.cpp's mix (most matrices Q4_K, some Q6_K); a matrix whose rows are not a multiple of 256
+# falls back to a type that fits them, as llama-quantize does.
+FILE_TYPES = {"f16": lc.LLAMA_FTYPE_MOSTLY_F16, "q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0, "q4_0": lc.LLAMA_FTYPE_MOSTLY_Q4_0,
+              "q4_k_m": lc.LLAMA_FTYPE_MOSTLY_Q4_K_M}
 
 
 def requantize(source: str | Path, dest: str | Path, file_type: str, *, threads: int | None = None) -> Path:
