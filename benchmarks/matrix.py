@@ -52,7 +52,7 @@ TINY = {  # name: (target layers, draft layers, gain, shape, dtype)
     "tiny-mid-q8": (6, 2, 0.3, TinyShape(n_embd=256, n_head=4, n_ff=768), "q8_0"),
     "tiny-big-q8": (12, 1, 0.06, TinyShape(n_embd=1024, n_head=16, n_ff=2816), "q8_0"),
     # The issue's own "drafting pays" pair: ~0.8B parameters in 16 d2048 layers at Q4_K_M (written as Q8_0, then
-    # requantized), drafted by its first 2 layers; not in the default run (writing it takes ~2 minutes).
+    # requantized), drafted by its first 2 layers; not in the default run (writing it takes about a minute).
     "tiny-deep-q4k": (16, 2, 0.05, TinyShape(n_embd=2048, n_head=16, n_ff=5632), "q4_k_m"),
 }
 DEFAULT_TINY = ("tiny-f32", "tiny-wide", "tiny-mid-q8", "tiny-big-q8")
