@@ -18,9 +18,10 @@ Cases (each: plain, fixed k, adaptive; a fresh decoder per trial, as `specdec ru
   the short and default sets;
 - a real draft-model pair, ``gemma-f16-draft``: the F16 target drafted by the Q4_K_M original, which
   agrees with it on most tokens but costs 0.65-0.8 of its pass: drafting hardly pays, so it must not lose.
-- ``tiny-deep-q4k`` (only when named): the issue's "drafting pays" pair, a 16-layer d2048 Q4_K_M target (~0.8B
-  parameters, 470 MB) with a 2-layer draft.
-Cases are named in ``--only``: tiny-f32, tiny-wide, tiny-mid-q8, tiny-big-q8, tiny-deep-q4k, gemma, gemma-f16, gemma-q8_0,
+- ``tiny-deep-q4k`` and ``tiny-deep24-q4k`` (only when named): the issue's two draft pairs, a 16-layer d2048 Q4_K_M
+  target (~0.8B parameters, 474 MB) whose 2-layer draft agrees on 84% of first tokens (drafting pays), and a
+  24-layer d1024 one (178 MB) whose 2-layer draft agrees on ~55% (it barely does).
+Cases are named in ``--only``: tiny-f32, tiny-wide, tiny-mid-q8, tiny-big-q8, tiny-deep-q4k, tiny-deep24-q4k, gemma, gemma-f16, gemma-q8_0,
 gemma-f16-draft (the requantized ones are written from ``--gemma`` into a temporary folder, ~4 s).
 Prints adaptive / plain per prompt (the bound: >= 0.97x everywhere) and adaptive / best fixed k.
 Run it on an otherwise idle machine: two busy cores ruin the ratios.
@@ -54,6 +55,8 @@ TINY = {  # name: (target layers, draft layers, gain, shape, dtype)
     # The issue's own "drafting pays" pair: ~0.8B parameters in 16 d2048 layers at Q4_K_M (written as Q8_0, then
     # requantized), drafted by its first 2 layers; not in the default run (writing it takes about a minute).
     "tiny-deep-q4k": (16, 2, 0.05, TinyShape(n_embd=2048, n_head=16, n_ff=5632), "q4_k_m"),
+    # The other draft pair: a 24-layer Q4_K_M target whose 2-layer draft agrees only ~55% of the time.
+    "tiny-deep24-q4k": (24, 2, 0.16, TinyShape(n_embd=1024, n_head=16, n_ff=2816), "q4_k_m"),
 }
 DEFAULT_TINY = ("tiny-f32", "tiny-wide", "tiny-mid-q8", "tiny-big-q8")
 
