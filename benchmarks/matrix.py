@@ -71,14 +71,12 @@ def write_case(name: str, folder: Path) -> TinyFamily:
     if dtype != "q4_k_m":
         return write_tiny_family(folder, target_layers=layers, draft_layers=draft_layers, gain=gain, shape=shape,
                                  dtype=dtype)
-    q8 = write_tiny_family(folder / "q8_0", target_layers=layers, draft_layers=draft_layers, gain=gain, shape=shape,
-                           dtype="q8_0")
-    family = TinyFamily(target=requantize(q8.target, folder / "tiny-target.gguf", "q4_k_m"),
-                        draft=requantize(q8.draft, folder / "tiny-draft.gguf", "q4_k_m"))
-    for path in (q8.target, q8.draft):
-        path.unlink()
-    q8.target.parent.rmdir()
-    return family
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as staging:  # (the Q8_0 pair, gone once requantized)
+        q8 = write_tiny_family(staging, target_layers=layers, draft_layers=draft_layers, gain=gain, shape=shape,
+                               dtype="q8_0")
+        return TinyFamily(target=requantize(q8.target, folder / "tiny-target.gguf", "q4_k_m"),
+                          draft=requantize(q8.draft, folder / "tiny-draft.gguf", "q4_k_m"))
 
 
 def strategies(kind: str, ks: list[int]) -> list[Strategy]:
@@ -175,7 +173,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="specdec-matrix-") as tmp:
         for name in TINY:
-            if (only and name not in only) or (not only and name not in DEFAULT_TINY):
+            if name not in (only or DEFAULT_TINY):
                 continue
             family = write_case(name, Path(tmp) / name)
             for t in threads:

@@ -535,10 +535,11 @@ def test_the_matrix_runs_its_targets_and_llama_cpp_peers_in_exact_mode_when_aske
 
 def test_the_matrix_writes_a_q4_k_m_case_by_requantizing_and_keeps_only_the_pair(monkeypatch, tmp_path):
     """A matrix case in Q4_K_M (tiny-deep-q4k) is written as Q8_0 and requantized: the folder then holds the
-    Q4_K_M pair alone and both files decode. Fails if
-    the Q8_0 files were left beside them (a 1 GB case) or the pair came out in another type."""
+    Q4_K_M pair alone and both files decode. Fails if the Q8_0 files were left beside them (a 1 GB case) or the
+    pair came out in another type."""
     from gguf import GGUFReader
 
+    from specdec_gguf import SpeculativeDecoder
     from specdec_gguf.engines import LlamaCppEngine
     from specdec_gguf.tiny import TinyShape
 
@@ -551,8 +552,6 @@ def test_the_matrix_writes_a_q4_k_m_case_by_requantizing_and_keeps_only_the_pair
     assert "tiny-test-q4k" not in matrix.DEFAULT_TINY and set(matrix.DEFAULT_TINY) <= set(matrix.TINY)
     with LlamaCppEngine(family.target, n_ctx=128, n_threads=1) as target, \
             LlamaCppEngine(family.draft, n_ctx=128, n_threads=1) as draft:
-        from specdec_gguf import SpeculativeDecoder
-
         prompt = target.tokenize("Once upon a time")
         answers = [SpeculativeDecoder(e, None).generate(prompt, 8, ignore_eog=True).tokens for e in (target, draft)]
         # (not equal: Q4_K_M picks Q6_K for some layers by the model's depth, so layer 0 differs between them)
