@@ -4,7 +4,7 @@ Usage:
   python benchmarks/round_log.py TRACE_ID [--traces FILE.jsonl] [--curve NAME[=...]] [-n 64]
                                 [--drafter draft-model --draft-ratio 0.12] [--in-turn] [--variant NAME:field=v,...]
   python benchmarks/round_log.py PROMPT_ID --model T.gguf [--draft D.gguf] [--set default | --prompts P.jsonl] [-n 64] [-t 2]
-                                [--runs 3] [--fresh-cache] [--exact] [--variant ...]
+                                [--runs 3] [--fresh-cache] [--exact] [--temp 0.8 --seed 0] [--variant ...]
 
 Each round prints what a costly drafter's start decision said (``next_k``: its start value and
 whether the round drafts), the proposal (length, the verify cap, the first buckets and their
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specdec_gguf.proposal import DraftProposal  # noqa: E402
 from specdec_gguf.schedule import AdaptiveSchedule, ScheduleConstants  # noqa: E402
 from specdec_gguf.simulation import SimulatedRun, Trace, in_turn, simulate_run, synthetic_traces  # noqa: E402
-from ab_constants import parse_variant  # noqa: E402
+from ab_constants import parse_variant, sampling_for  # noqa: E402
 from policy_sim import load_traces, parse_curve  # noqa: E402
 
 
@@ -49,8 +49,10 @@ class RoundLog(AdaptiveSchedule):
         k = super().next_k(room)
         if not self.free_drafter and k:
             look = "look" if self._probing else "draft"
+            costs = self._cost_table()
+            curve = ", ".join(f"{costs[n] / costs[0]:.2f}" for n in (1, 2, 4, 8) if n < len(costs))
             print(f"round: {look} (start value {self._start_value:+.3f}, {self._rounds_since_draft} plain rounds "
-                  f"since the last draft)")
+                  f"since the last draft; T(1) {costs[0] * 1e3:.1f} ms, T(2, 3, 5, 9) / T(1) {curve})")
         return k
 
     _one_pass: int | None = None  # what one pass would have verified where choose verified less (two passes)
@@ -73,14 +75,17 @@ class RoundLog(AdaptiveSchedule):
         return k
 
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
-                draft_seconds: float, verify_seconds: float, first_matched: bool | float | None = None) -> None:
+                draft_seconds: float, verify_seconds: float, first_matched: bool | float | None = None,
+                chances: Sequence[float] | None = None) -> None:
         super().observe(proposal, verified, accepted, generated, greedy, draft_seconds, verify_seconds,
-                        first_matched=first_matched)
+                        first_matched=first_matched, chances=chances)
         if not proposal.tokens:
             return
         model = self.models[greedy]
         evidence = "" if model._evidence is None else f", evidence for the remembered one {model._evidence:+.2f}"
         right = "" if first_matched is None else f", first token right: {first_matched}"
+        if chances and verified:
+            right += f", chances {' '.join(f'{c:.2f}' for c in chances)}"
         print(f"  verified {verified}, accepted {accepted}{right} (draft {draft_seconds * 1e3:.2f} ms, verify "
               f"{verify_seconds * 1e3:.2f} ms); calibration ({', '.join(f'{v:.2f}' for v in model.calibration)})"
               f"{evidence}")
@@ -115,17 +120,18 @@ def real_runs(args: argparse.Namespace, constants: ScheduleConstants | None) -> 
     engines = [e for e in (target, draft) if e is not None]
     kind = "draft-model" if draft is not None else "prompt-lookup"
     prompt = target.tokenize(texts[args.trace])
+    sampling = sampling_for(args.temp, args.seed)
     try:
         plain = DrafterSettings(kind="none")
         make_decoder(target, plain).generate(prompt, min(32, args.n), ignore_eog=True)  # (warm llama.cpp up)
         for run in range(args.runs):
             start_afresh(engines)
-            base = make_decoder(target, plain).generate(prompt, args.n, ignore_eog=True).stats.generation_seconds
+            base = make_decoder(target, plain).generate(prompt, args.n, sampling, ignore_eog=True).stats.generation_seconds
             decoder = make_decoder(target, DrafterSettings(kind=kind), draft, constants=constants)  # type: ignore[arg-type]
             decoder.schedule.__class__ = RoundLog  # (the schedule the decoder built, logging; nothing else changes)
             print(f"run {run + 1}, {kind}:")
             start_afresh(engines)
-            seconds = decoder.generate(prompt, args.n, ignore_eog=True).stats.generation_seconds
+            seconds = decoder.generate(prompt, args.n, sampling, ignore_eog=True).stats.generation_seconds
             print(f"run {run + 1}: adaptive {seconds * 1e3:.1f} ms, plain {base * 1e3:.1f} ms: {base / seconds:.3f}x plain")
     finally:
         for engine in engines:
@@ -144,6 +150,8 @@ def main() -> None:
     parser.add_argument("--exact", action="store_true", help="with --model: the target in exact mode (docs/exactness.md)")
     parser.add_argument("--runs", type=int, default=3, help="with --model: plain and adaptive runs, in turn")
     parser.add_argument("--fresh-cache", action="store_true", help="with --model: start from an empty user cache")
+    parser.add_argument("--temp", type=float, default=0.0, help="with --model: sample at this temperature (0: greedy)")
+    parser.add_argument("--seed", type=int, default=0, help="with --model and --temp: every run samples with this seed")
     parser.add_argument("--traces", type=Path, help="recorded traces (JSONL; without: the synthetic ones)")
     parser.add_argument("--curve", default="big-q8", help="a name of simulation.CURVES or NAME=T1_MS:R2,...")
     parser.add_argument("-n", type=int, default=64, help="answer length")

@@ -142,6 +142,17 @@ class AcceptanceModel:
             self._mean[b] = None  # (recomputed when next read: see confidence)
         self._counted()
 
+    def update_chances(self, buckets: Sequence[int], chances: Sequence[float]) -> None:
+        """A sampled proposal's verified tokens with these buckets, up to and including the first rejected
+        one, each with its chance of acceptance (min(1, p(x)/q(x))) in place of whether it was accepted."""
+        hits, total, n = self._hits, self._total, self._n
+        for i, (b, chance) in enumerate(zip(buckets, chances)):
+            self.observations[b] += 1
+            b += n * _DEPTH[min(i, 4)]
+            self._count(hits, total, b, chance)
+            self._mean[b] = None
+        self._counted()
+
     def update_hindsight(self, outcomes: Sequence[tuple[int, bool, int]], weight: float) -> None:
         """Outcomes seen in hindsight, each ``(bucket, accepted, position in its proposal)``: a proposal's
         tokens that were not verified, against the tokens the target went on to commit. Each counts as

@@ -207,6 +207,7 @@ class SpeculativeDecoder:
                 # produced the target's own token there (greedy), or the chance it would have been
                 # accepted (sampled).
                 first_matched: bool | float | None = None
+                chances: list[float] | None = None  # (sampled: each examined token's chance of acceptance)
                 declined = bool(drafted.tokens) and not proposal.tokens
                 if greedy:
                     n_acc, token = _sampling.greedy_accept(proposal.tokens, out)
@@ -220,8 +221,10 @@ class SpeculativeDecoder:
                     token, first_matched = _sampling.sample_declined(drafted.tokens[0], None, out[0], params, rng)
                     n_acc = 0
                 else:
+                    chances = []
                     n_acc, token = _sampling.rejection_sample(
-                        proposal.tokens, proposal.draft_probs, out, params, rng, refused_row=refused_row)
+                        proposal.tokens, proposal.draft_probs, out, params, rng, refused_row=refused_row,
+                        chances=chances)
                 new = [*proposal.tokens[:n_acc], token]
                 last: Origin = "target" if not proposal.tokens else (
                     "bonus" if n_acc == len(proposal.tokens) else "correction")
@@ -244,7 +247,8 @@ class SpeculativeDecoder:
                     untold.append((new, t_verify - t_round, t_end - t_verify))
                 else:
                     schedule.observe(drafted, len(proposal.tokens), n_acc, len(new), greedy,
-                                     t_verify - t_round, t_end - t_verify, first_matched=first_matched)
+                                     t_verify - t_round, t_end - t_verify, first_matched=first_matched,
+                                     chances=chances)
                     if hindsight is not None:
                         hindsight(drafted, len(proposal.tokens), n_acc, new, greedy)
                 if stop_reason is None:

@@ -264,6 +264,7 @@ def rejection_sample(
     rng: np.random.Generator,
     *,
     refused_row: np.ndarray | None = None,
+    chances: list[float] | None = None,
 ) -> tuple[int, int]:
     """Chen et al. (2023) speculative sampling over a linear proposal.
 
@@ -273,7 +274,9 @@ def rejection_sample(
     token from p. Stops computing at the first rejection. ``refused_row``: the q row of a drawn
     token after the proposal that the target gives probability 0 (an id outside its
     vocabulary): it would be rejected for sure, so after all are accepted the next token comes
-    from norm(max(0, p - q)) with that row instead.
+    from norm(max(0, p - q)) with that row instead. ``chances``: a list that gets each examined
+    token's chance of acceptance min(1, p(x)/q(x)), up to and including the first rejected one
+    (what an adaptive schedule learns from: the same outcomes as accepted/rejected, less noisy).
     """
     for i, token in enumerate(draft_tokens):
         target_probs = probs_from_logits(target_logits[i], params)  # [V]
@@ -284,7 +287,10 @@ def rejection_sample(
             q_x = float(draft_probs[i])
         else:
             q_x = 1.0
-        if rng.random() * q_x < target_probs[token]:
+        p_x = float(target_probs[token])
+        if chances is not None:
+            chances.append(_acceptance_chance(p_x, q_x))
+        if rng.random() * q_x < p_x:
             continue
         if draft_row is None and draft_probs is not None and q_x < 1.0:
             raise SpecDecError(NEEDS_ROWS)

@@ -165,6 +165,14 @@ class ScheduleConstants:
     # +1.6% / +2.2% (0.974x plain) and once -2% (its null arms 1% apart), tiny-wide +10%, +12% and once
     # -6%, Gemma F16 drafted by its Q4_K_M (where nothing pays) 1.006x against 0.997x-1.000x.
     sampled_mean_guess: bool = True
+    # Sampled, each verified token teaches the calibration its chance of acceptance min(1, p(x)/q(x))
+    # (known once the target's row is in), not whether the coin accepted it: the same outcome on
+    # average, with far less noise (0/1 outcomes read a deep-pair draft at ~0.86 a token, T = 0.8, as
+    # sure after three lucky 8-of-8 rounds). Throughput side by side moved within the noise
+    # (docs/performance.md, "twenty-seventh": tiny-wide eight runs over two temperatures and four seeds
+    # 0.88x-1.08x, geomean 0.998x; tiny-big-q8 0.97x / 0.99x; tiny F32 1.00x; Gemma lookup 0.96x / 1.02x):
+    # kept as the lower-variance estimate of the same thing, not for a measured gain.
+    sampled_chances: bool = True
 
 
 @runtime_checkable
@@ -199,12 +207,14 @@ class DraftSchedule(Protocol):
         ...
 
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
-                draft_seconds: float, verify_seconds: float, first_matched: bool | float | None = None) -> None:
+                draft_seconds: float, verify_seconds: float, first_matched: bool | float | None = None,
+                chances: Sequence[float] | None = None) -> None:
         """The round's proposal, how many of its tokens were verified and accepted, how many tokens
         it generated, and what drafting and verifying cost. ``first_matched``: for a proposal none of
         whose tokens was verified, whether its first token was right: for greedy decoding, whether
         it is the one the plain step produced; for sampled decoding, the chance speculative sampling
-        would have accepted it (None otherwise)."""
+        would have accepted it (None otherwise). ``chances``: sampled, each verified token's chance of
+        acceptance min(1, p(x)/q(x)), up to and including the first rejected one (None: greedy)."""
         ...
 
 
@@ -279,7 +289,8 @@ class FixedSchedule:
         return len(proposal.tokens)
 
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
-                draft_seconds: float, verify_seconds: float, first_matched: bool | float | None = None) -> None:
+                draft_seconds: float, verify_seconds: float, first_matched: bool | float | None = None,
+                chances: Sequence[float] | None = None) -> None:
         return None
 
 
@@ -770,7 +781,8 @@ class AdaptiveSchedule:
         self._followed = (drafted, buckets, verified + 1)
 
     def observe(self, proposal: DraftProposal, verified: int, accepted: int, generated: int, greedy: bool,
-                draft_seconds: float, verify_seconds: float, first_matched: bool | float | None = None) -> None:
+                draft_seconds: float, verify_seconds: float, first_matched: bool | float | None = None,
+                chances: Sequence[float] | None = None) -> None:
         seconds = draft_seconds + verify_seconds
         after_verify = self._verify.after_verify
         self._verify.record(verified + 1, verify_seconds, seconds)
@@ -815,7 +827,9 @@ class AdaptiveSchedule:
                     for g in (True, False):
                         self._first_seen[g] = [x / self._first_scale for x in self._first_seen[g]]
                     self._first_scale = 1.0
-        if verified:
+        if verified and chances and self.c.sampled_chances:
+            self.models[greedy].update_chances(list(buckets[:len(chances)]), chances)
+        elif verified:
             self.models[greedy].update(list(buckets[:verified]), accepted)
         elif first_matched is not None and (not self.free_drafter
                                             or self._teaches_unverified(self.models[greedy], buckets[0])):

@@ -208,13 +208,15 @@ def test_q_without_filters_is_still_exact(monkeypatch):
 def broken_rejection_sample(accept_rule: str) -> Callable:
     """rejection_sample (sampling.py) with another acceptance test: 'q/p' accepts with
     min(1, q(x)/p(x)), 'p' with p(x) (q ignored). The rest is the real rule."""
-    def rejection_sample(draft_tokens, draft_probs, target_logits, params, rng, refused_row=None):
+    def rejection_sample(draft_tokens, draft_probs, target_logits, params, rng, refused_row=None, chances=None):
         for i, token in enumerate(draft_tokens):
             target_probs = probs_from_logits(target_logits[i], params)
             draft_row = draft_probs[i] if draft_probs is not None else None
             q_x = float(draft_row[token]) if draft_row is not None else 1.0
             p_x = float(target_probs[token])
             accept = (min(1.0, q_x / p_x) if p_x > 0 else 0.0) if accept_rule == "q/p" else p_x
+            if chances is not None:
+                chances.append(accept)
             if rng.random() < accept:
                 continue
             return i, sampling_module.sample(sampling_module.residual_probs(target_probs, draft_row, token), rng)

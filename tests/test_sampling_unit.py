@@ -113,6 +113,22 @@ def test_rejection_sample_rejects_token_target_never_makes():
     assert rejection_sample([2], None, logits, SamplingParams(temperature=1.0, top_k=1), rng) == (0, 0)
 
 
+def test_rejection_sample_reports_each_examined_tokens_chance_up_to_the_first_rejection():
+    # Rows: p = [0.5, 0.5, 0] at the first slot (q(x=0) = 0.25: chance 1), p(x=1) = 0.2 against q 0.8 at the
+    # second (chance 0.25), the third never 1: rejected for sure, so the fourth is never examined.
+    p = np.array([[0.5, 0.5, 1e-30], [0.8, 0.2, 1e-30], [1.0, 1e-30, 1e-30], [1 / 3] * 3, [1 / 3] * 3])
+    q = np.array([[0.25, 0.5, 0.25], [0.1, 0.8, 0.1], [0.2, 0.6, 0.2], [1 / 3] * 3])
+    params = SamplingParams(temperature=1.0)
+    for seed in range(20):
+        chances: list[float] = []
+        n_acc, _ = rejection_sample([0, 1, 1, 2], q, np.log(p), params, np.random.default_rng(seed), chances=chances)
+        assert chances[:n_acc + 1] == pytest.approx([1.0, 0.25, 0.0][:n_acc + 1]) and len(chances) == n_acc + 1
+        assert n_acc <= 2  # (the third token is always rejected)
+    # What it reports changes no draw: the same seed decides alike with and without the list.
+    assert [rejection_sample([0, 1, 1, 2], q, np.log(p), params, np.random.default_rng(s)) for s in range(20)] == \
+        [rejection_sample([0, 1, 1, 2], q, np.log(p), params, np.random.default_rng(s), chances=[]) for s in range(20)]
+
+
 @pytest.mark.parametrize("q, chance", [
     (None, 0.2),  # a deterministic drafter (prompt lookup): q(x) = 1, the chance is p(x)
     (np.array([0.1, 0.8, 0.05, 0.03, 0.02]), 0.25),  # a draft row: p(x) / q(x)

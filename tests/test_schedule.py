@@ -473,6 +473,25 @@ def test_a_sampled_draft_learns_from_the_chance_its_declined_tokens_had():
     assert chosen[None] == 0 and chosen[0.05] == 0 and chosen[0.85] > 0
 
 
+@pytest.mark.parametrize("use_chances", [True, False])
+def test_a_sampled_draft_learns_from_its_tokens_chances_not_lucky_coins(use_chances):
+    """Sampled, a verified token teaches its chance of acceptance min(1, p/q), not the coin's verdict
+    (ScheduleConstants.sampled_chances): a draft whose tokens each had a 0.6 chance but whose first rounds
+    were all accepted is estimated near 0.6, not near 1. The negative control (use_chances False: the
+    0/1 outcomes) reads the lucky rounds as a sure draft."""
+    costs = curve_profile("gpu-like")
+    schedule = AdaptiveSchedule(8, target_costs=costs, priors={True: [0.5], False: [0.5]},
+                                constants=ScheduleConstants(sampled_chances=use_chances))
+    proposal = DraftProposal(tokens=(1, 2, 3, 4), buckets=(0, 0, 0, 0))
+    for _ in range(6):  # six lucky rounds: every token accepted
+        schedule.observe(proposal, 4, 4, 5, False, 0.0, costs.cost(5), chances=[0.6] * 4)
+    estimate = schedule.models[False].confidence(0)
+    if use_chances:
+        assert estimate == pytest.approx(0.6, abs=0.08)
+    else:
+        assert estimate > 0.85
+
+
 def test_long_lookup_matches_learn_from_declined_proposals_on_a_steep_curve():
     """Gemma at 1 thread: a 9-token pass costs 6.5 one-token passes, so a run of drafted tokens
     pays only above ~0.91 confidence, and a 23-token match starts at 0.9. Never verified, it
@@ -510,7 +529,7 @@ def test_the_decoder_reports_whether_a_declined_proposals_first_token_was_right(
             return 0 if len(self.seen) % 2 == 0 else len(proposal.tokens)
 
         def observe(self, proposal, verified, accepted, generated, greedy, draft_seconds, verify_seconds,
-                    first_matched=None):
+                    first_matched=None, chances=None):
             self.seen.append((proposal.tokens[:1], verified, generated, first_matched))
 
     trace = TRACES[0]
@@ -667,7 +686,7 @@ def test_sampled_declined_proposals_report_their_chance_and_change_no_token(tiny
             return 0
 
         def observe(self, proposal, verified, accepted, generated, greedy, draft_seconds, verify_seconds,
-                    first_matched=None):
+                    first_matched=None, chances=None):
             if proposal.tokens:
                 self.chances.append(first_matched)
 
