@@ -589,7 +589,7 @@ def test_round_log_runs_a_prompt_from_a_prompts_file(tiny_family, tmp_path, monk
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "mine", "text": "one two three one two three one two"}) + "\n")
     args = argparse.Namespace(model=tiny_family.target, draft=None, set="default", prompts=prompts, threads=1,
-                              exact=False, runs=1, n=8, trace="mine")
+                              exact=False, runs=1, n=8, trace="mine", temp=0.0, seed=0)
     round_log.real_runs(args, None)
     out = capsys.readouterr().out
     assert "run 1, prompt-lookup:" in out and "x plain" in out
