@@ -21,7 +21,8 @@ one temporary user cache for the whole run, empty or a copy of ``--cache-from`` 
 its profiles and calibrations do to a run): the arms share its cost profiles, and each adaptive arm keeps
 remembered calibrations of its own, as a user's runs of one version do (``own_stores``). Prints, per
 arm, its median throughput over plain's per prompt and their geomean: the ratios the docs quote as
-"side by side". Run it on an otherwise idle machine; the tiny models' ratios move 1-2% between
+"side by side"; then the paired ratios (per prompt the median of each trial over the plain trial of the
+same repeat, seconds apart: a host whose speed drifts moves both alike, so they scatter less). Run it on an otherwise idle machine; the tiny models' ratios move 1-2% between
 processes, so repeat the command.
 """
 
@@ -168,6 +169,11 @@ def main() -> None:
     for report in reports[1:]:
         ratios = report.per_prompt_speedup
         print(f"  {report.name:<12} {report.speedup:.3f}  (worst {min(ratios.values()):.3f}) "
+              + " ".join(f"{pid}={r:.3f}" for pid, r in ratios.items()))
+    print("arm / plain, paired (per prompt the median over repeats of each trial over the same repeat's plain one)")
+    for report in reports[1:]:
+        ratios = report.per_prompt_paired
+        print(f"  {report.name:<12} {report.paired_speedup:.3f}  (worst {min(ratios.values()):.3f}) "
               + " ".join(f"{pid}={r:.3f}" for pid, r in ratios.items()))
     if args.detail:
         # Where an answer's time goes, over all prompts: its length at the median throughput, target

@@ -63,6 +63,10 @@ class StrategyReport:
     acceptance_rate: float
     tokens_per_target_pass: float
     per_prompt_speedup: dict[str, float] = field(default_factory=dict)
+    # Per prompt, the median over repeats of each trial's throughput over the plain trial of the same prompt
+    # and repeat (seconds apart: a host whose speed drifts over minutes moves both alike), and their geomean.
+    per_prompt_paired: dict[str, float] = field(default_factory=dict)
+    paired_speedup: float | None = None
     # adaptive only: median throughput / the best fixed k of the same drafter, per prompt and geomean
     vs_best_fixed: dict[str, float] = field(default_factory=dict)
     vs_best_fixed_geomean: float | None = None
@@ -174,6 +178,12 @@ def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy], *, greedy
         return next((t.tokens for t in trials if t.strategy == name and t.prompt_id == pid), None)
 
     plain_tokens = {pid: first_tokens(plain, pid) for pid in prompt_ids} if compared else {}
+    plain_trial = {(t.prompt_id, t.repeat): t.throughput for t in trials if t.strategy == plain}
+
+    def paired(name: str, pid: str) -> float:
+        ratios = [t.throughput / plain_trial[(pid, t.repeat)] for t in trials
+                  if t.strategy == name and t.prompt_id == pid and plain_trial.get((pid, t.repeat))]
+        return statistics.median(ratios) if ratios else 0.0
 
     def same(name: str, pid: str) -> bool:
         """Whether every trial of ``name`` on ``pid`` wrote plain decoding's answer (one that drifted counts)."""
@@ -196,6 +206,7 @@ def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy], *, greedy
             continue
         per_prompt = {pid: (med(s.name, pid) / med(plain, pid) if plain and med(plain, pid) else 0.0)
                       for pid in prompt_ids}
+        per_paired = {pid: paired(s.name, pid) for pid in prompt_ids} if plain else {}
         vs_best = {}
         if not s.peer and s.drafter.adaptive and s.drafter.kind != "none":
             vs_best = {pid: med(s.name, pid) / best_fixed[(s.drafter.kind, pid)] for pid in prompt_ids
@@ -206,7 +217,8 @@ def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy], *, greedy
             speedup=geomean(list(per_prompt.values())) if plain else 0.0,
             acceptance_rate=statistics.mean(t.acceptance_rate for t in mine),
             tokens_per_target_pass=statistics.mean(t.tokens_per_target_pass for t in mine),
-            per_prompt_speedup=per_prompt, vs_best_fixed=vs_best,
+            per_prompt_speedup=per_prompt, vs_best_fixed=vs_best, per_prompt_paired=per_paired,
+            paired_speedup=geomean(list(per_paired.values())) if per_paired else None,
             vs_best_fixed_geomean=geomean(list(vs_best.values())) if vs_best else None,
             python_share=statistics.median(shares) if shares else None,
             declined=statistics.median(t.declined for t in mine),

@@ -63,6 +63,24 @@ def test_speedup_is_the_geometric_mean_of_per_prompt_median_ratios():
     assert peer.speedup == pytest.approx(math.sqrt(1.2 * 1.2)) and peer.greedy_match is None  # not our output
 
 
+def test_paired_ratios_divide_each_trial_by_the_plain_trial_of_its_repeat():
+    """docs/metrics.md 'paired': per prompt the median over repeats of trial / plain trial of the same repeat.
+    A host that runs a whole repeat slower moves both alike: an arm that computes what plain does reads 1.0
+    paired, while its ratio of medians reads the drift (here 0.8). Fails for a ratio of medians, or pairing
+    across repeats."""
+    same = {"a": (1,), "b": (2,)}
+    drift = {"a": [100, 50, 100], "b": [100, 100, 50]}  # each prompt's slow repeat: a different one
+    twin = {"a": [100, 50, 100], "b": [80, 100, 50]}  # the same drift; b's first trial caught a blip
+    trials = trials_for("plain", drift, same) + trials_for("lookup k=2", twin, same) \
+        + trials_for(PEER.name, {"a": [100, 100, 100], "b": [100, 100, 100]}, {"a": (), "b": ()})
+    reports = {r.name: r for r in summarize(trials, [PLAIN, LOOKUP_K2, PEER])}
+    twin_report = reports["lookup k=2"]
+    assert twin_report.per_prompt_paired == pytest.approx({"a": 1.0, "b": 1.0})  # medians of (1, 1, 1), (0.8, 1, 1)
+    assert twin_report.paired_speedup == pytest.approx(1.0)
+    assert twin_report.per_prompt_speedup == pytest.approx({"a": 1.0, "b": 0.8})  # (median 80 over median 100)
+    assert reports["plain"].paired_speedup == pytest.approx(1.0)
+
+
 def test_adaptive_is_compared_with_the_best_fixed_k_of_each_prompt():
     """docs/usage.md: adaptive's ratio to the best fixed k *of each prompt* (k=2 on a, k=4 on b),
     and its geometric mean. Fails for one best k over all prompts (1.5 and 1.25 would become
