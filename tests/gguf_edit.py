@@ -1,6 +1,7 @@
-"""Test helper: copy a GGUF file with some metadata keys changed, added or removed.
+"""Test helpers: copy a GGUF file with some metadata keys changed, added or removed; read what type a file is.
 
-Used by the hyperparameter tests to write well-formed files with absurd values.
+``rewrite`` is used by the hyperparameter tests to write well-formed files with absurd values; ``file_type`` and
+``matrix_types`` by the tests of files requantized or written in a given type.
 """
 
 from __future__ import annotations
@@ -11,6 +12,16 @@ from typing import Any
 import gguf
 
 DROP = object()  # as a value in ``changes``: remove the key
+
+
+def file_type(path: Path) -> int:
+    """The file's ``general.file_type``: llama.cpp's LLAMA_FTYPE_MOSTLY_* (1 F16, 7 Q8_0, 15 Q4_K_M)."""
+    return int(gguf.GGUFReader(str(path)).fields["general.file_type"].parts[-1][0])
+
+
+def matrix_types(path: Path) -> dict[str, str]:
+    """The tensor type of each of the file's matrices (2-D tensors), by tensor name."""
+    return {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(path)).tensors if len(t.shape) == 2}
 
 
 def rewrite(source: Path, dest: Path, changes: dict[str, Any], types: dict[str, gguf.GGUFValueType] | None = None,

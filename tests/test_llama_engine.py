@@ -10,6 +10,7 @@ from specdec_gguf.drafters import AutoregressiveDrafter, PromptLookupDrafter
 from specdec_gguf.engines import LlamaCppEngine
 from specdec_gguf.tiny import TinyShape, write_tiny_family
 
+from gguf_edit import file_type as gguf_file_type, matrix_types
 from identity import assert_matches_plain, plain_reference, strict_identity
 
 PROMPT_TEXT = "the model is fast and the draft is not, but the target"
@@ -318,14 +319,11 @@ def test_the_llama_cpp_python_peer_prefills_each_prompt_afresh(tiny_family):
 
 @pytest.mark.parametrize("file_type, tensor_type, ftype", [("f16", "F16", 1), ("q8_0", "Q8_0", 7)])
 def test_requantize_writes_the_type_asked_and_the_result_decodes(tiny_family, tmp_path, file_type, tensor_type, ftype):
-    from gguf import GGUFReader
-
     from specdec_gguf.engines.llama_cpp import requantize
 
     dest = requantize(tiny_family.target, tmp_path / f"t-{file_type}.gguf", file_type, threads=1)
-    reader = GGUFReader(dest)
-    assert int(reader.fields["general.file_type"].parts[-1][0]) == ftype
-    matrices = {t.name: t.tensor_type.name for t in reader.tensors if len(t.shape) == 2}
+    assert gguf_file_type(dest) == ftype
+    matrices = matrix_types(dest)
     assert matrices and set(matrices.values()) == {tensor_type}, matrices
     assert sorted(tmp_path.iterdir()) == [dest]  # no temporary file left beside it
     with LlamaCppEngine(dest, n_ctx=256, n_threads=1) as target:
@@ -335,16 +333,13 @@ def test_requantize_writes_the_type_asked_and_the_result_decodes(tiny_family, tm
 
 def test_requantize_to_q4_k_m_falls_back_where_rows_do_not_fit(tmp_path):
     """Q4_K packs rows in blocks of 256: a 256-wide model's matrices take it, a 64-wide one's fall back."""
-    from gguf import GGUFReader
-
     from specdec_gguf.engines.llama_cpp import requantize
 
     wide = write_tiny_family(tmp_path / "wide", target_layers=2, shape=TinyShape(n_embd=256, n_head=4, n_ff=512))
     for source, k_quants in ((wide.target, True), (write_tiny_family(tmp_path / "narrow").target, False)):
         dest = requantize(source, tmp_path / f"{source.parent.name}-q4km.gguf", "q4_k_m", threads=1)
-        reader = GGUFReader(dest)
-        assert int(reader.fields["general.file_type"].parts[-1][0]) == 15  # LLAMA_FTYPE_MOSTLY_Q4_K_M
-        matrices = {t.name: t.tensor_type.name for t in reader.tensors if len(t.shape) == 2}
+        assert gguf_file_type(dest) == 15  # LLAMA_FTYPE_MOSTLY_Q4_K_M
+        matrices = matrix_types(dest)
         assert ("Q4_K" in matrices.values()) == k_quants, matrices
         assert "F32" not in matrices.values(), matrices
         with LlamaCppEngine(dest, n_ctx=256, n_threads=1) as target:
