@@ -134,23 +134,21 @@ class AcceptanceModel:
     def update(self, buckets: Sequence[int], accepted: int) -> None:
         """A proposal's verified tokens with these buckets: the first ``accepted`` were accepted, the next
         rejected."""
-        hits, total, n = self._hits, self._total, self._n
-        for i, b in enumerate(buckets[: accepted + 1]):
-            self.observations[b] += 1
-            b += n * _DEPTH[min(i, 4)]
-            self._count(hits, total, b, i < accepted)
-            self._mean[b] = None  # (recomputed when next read: see confidence)
-        self._counted()
+        self._update(buckets[: accepted + 1], [True] * accepted + [False])
 
     def update_chances(self, buckets: Sequence[int], chances: Sequence[float]) -> None:
         """A sampled proposal's verified tokens with these buckets, up to and including the first rejected
         one, each with its chance of acceptance (min(1, p(x)/q(x))) in place of whether it was accepted."""
+        self._update(buckets, chances)
+
+    def _update(self, buckets: Sequence[int], outcomes: Sequence[bool | float]) -> None:
+        """Count each verified token's outcome in its bucket's slot for its position."""
         hits, total, n = self._hits, self._total, self._n
-        for i, (b, chance) in enumerate(zip(buckets, chances)):
+        for i, (b, outcome) in enumerate(zip(buckets, outcomes)):
             self.observations[b] += 1
             b += n * _DEPTH[min(i, 4)]
-            self._count(hits, total, b, chance)
-            self._mean[b] = None
+            self._count(hits, total, b, outcome)
+            self._mean[b] = None  # (recomputed when next read: see confidence)
         self._counted()
 
     def update_hindsight(self, outcomes: Sequence[tuple[int, bool, int]], weight: float) -> None:

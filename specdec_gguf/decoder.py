@@ -221,7 +221,7 @@ class SpeculativeDecoder:
                     token, first_matched = _sampling.sample_declined(drafted.tokens[0], None, out[0], params, rng)
                     n_acc = 0
                 else:
-                    chances = []
+                    chances = [] if proposal.tokens else None
                     n_acc, token = _sampling.rejection_sample(
                         proposal.tokens, proposal.draft_probs, out, params, rng, refused_row=refused_row,
                         chances=chances)
