@@ -22,8 +22,8 @@ its profiles and calibrations do to a run): the arms share its cost profiles, an
 remembered calibrations of its own, as a user's runs of one version do (``own_stores``). Prints, per
 arm, its median throughput over plain's per prompt and their geomean: the ratios the docs quote as
 "side by side"; then the paired ratios (per prompt the median of each trial over the plain trial of the
-same repeat, seconds apart: a host whose speed drifts moves both alike, so they scatter less). Run it on an otherwise idle machine; the tiny models' ratios move 1-2% between
-processes, so repeat the command.
+same repeat, seconds apart: a host whose speed drifts moves both alike, so they scatter less). Run it on an
+otherwise idle machine; the tiny models' ratios move 1-2% between processes, so repeat the command.
 """
 
 from __future__ import annotations
@@ -108,6 +108,12 @@ def own_stores(strategies: list[Strategy], root: Path, start_from: Path | None) 
     benchmark_module.make_decoder = make_decoder
 
 
+def print_ratios(arm: str, geomean: float, ratios: dict[str, float]) -> None:
+    """One arm's line: its geomean over plain, its worst prompt, and every prompt's ratio."""
+    print(f"  {arm:<12} {geomean:.3f}  (worst {min(ratios.values()):.3f}) "
+          + " ".join(f"{pid}={r:.3f}" for pid, r in ratios.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("case", help="a tiny family of benchmarks/matrix.py, or a target GGUF path")
@@ -167,14 +173,10 @@ def main() -> None:
           "arm / plain (median throughput per prompt)")
     reports = summarize(trials, strategies)
     for report in reports[1:]:
-        ratios = report.per_prompt_speedup
-        print(f"  {report.name:<12} {report.speedup:.3f}  (worst {min(ratios.values()):.3f}) "
-              + " ".join(f"{pid}={r:.3f}" for pid, r in ratios.items()))
+        print_ratios(report.name, report.speedup, report.per_prompt_speedup)
     print("arm / plain, paired (per prompt the median over repeats of each trial over the same repeat's plain one)")
     for report in reports[1:]:
-        ratios = report.per_prompt_paired
-        print(f"  {report.name:<12} {report.paired_speedup:.3f}  (worst {min(ratios.values()):.3f}) "
-              + " ".join(f"{pid}={r:.3f}" for pid, r in ratios.items()))
+        print_ratios(report.name, report.paired_speedup or 0.0, report.per_prompt_paired)
     if args.detail:
         # Where an answer's time goes, over all prompts: its length at the median throughput, target
         # passes per answer (rounds) and how many of them declined their proposal (plain steps that
