@@ -60,6 +60,21 @@ class ScheduleConstants:
     # Look this many tokens ahead when deciding whether drafting one more token can pay
     # (cost curves are not convex: T(3) - T(2) can be far below T(2) - T(1)).
     lookahead: int = 4
+    # A costly drafter's start value (AdaptiveSchedule._first_token_value) weighs runs as long as the
+    # longest pass verified so far, not only lookahead tokens: λ is the realized rate, earned by such
+    # passes, and valued 4 tokens deep a pair whose 8-token passes ran 1.5x plain saw starting at all as
+    # worth ~0.08 tokens (draft_margin) and paused 8-11 rounds at a time (the deep pair sampled at T = 0.8).
+    # (Not as long as the cap allows before any such pass: the priors alone then bet on it, and a pair
+    # where nothing pays, simulated on gemma-epyc, drafted its way to 0.928x plain.)
+    start_to_longest: bool = True
+    # ... and prices time at no more than the best rate such a round offers, as choose does (not the realized
+    # rate alone: after a lucky streak of fully accepted passes it exceeds anything drafting can be expected
+    # to give, and the start value then says plain steps, whose price λ·T(1) is the least, are better).
+    # Both side by side on the deep pair sampled at T = 0.8 (docs/performance.md, "twenty-eighth"): 1 thread
+    # 1.281x plain paired against 1.192x; 2 threads 1.199x / 1.146x (the first alone), 1.327x / 1.322x,
+    # 1.236x (null arm 1.222x) / 1.220x; tiny F32 draft 0.982x / 0.971x, tiny-wide greedy and sampled within
+    # the null arms' spread; where drafting clearly pays or never does, no decision changes.
+    start_rate_cap: bool = True
     # The first verify passes of a decoder hold at most this many drafted tokens (or as many as the
     # largest pass the cost profile measured); then at most twice the longest verified so far: the
     # costs of long passes are confirmed before they are bet on. On steep curves (one thread: a
@@ -355,6 +370,7 @@ class AdaptiveSchedule:
         self._first_scale = 1.0  # the first-bucket counts are stored divided by this (lazy decay)
         self._rounds_since_plain = 0
         self._full_streak = 0
+        self._longest = 0  # the most drafted tokens one pass verified on this decoder
         self._rounds_since_draft = 0
         self._untaken = 0  # committed tokens a draft model has not taken in: its next proposal's catch-up
         self._context = 0  # committed tokens in this generation's context
@@ -568,17 +584,28 @@ class AdaptiveSchedule:
         model = self.models[self._greedy]
         weights = self._first_seen[self._greedy]
         total = sum(weights)
+        price = self.draft_price.start + d  # drafting the first token (paid whatever is verified)
         value = 0.0
+        deepest = min(self.k_max, max(self.c.lookahead, self._longest if self.c.start_to_longest else 0))
         for bucket, w in enumerate(weights):
             if w <= 0:
                 continue
-            best, gain, reach = 0.0, 0.0, 1.0
-            for h in range(1, min(self.c.lookahead, self.k_max) + 1):
+            runs = []  # (gain over a plain step's token, extra seconds) of verifying h = 1, 2, ... such tokens
+            gain, reach = 0.0, 1.0
+            for h in range(1, deepest + 1):
                 reach *= model.confidence(bucket, h - 1)
                 gain += reach
-                best = max(best, gain - lam * (costs[h] - costs[0] + switch * (1.0 - reach) + d * (h - 1)))
-            value += w / total * best
-        return value - lam * (self.draft_price.start + d)
+                runs.append((gain, costs[h] - costs[0] + switch * (1.0 - reach) + d * (h - 1)))
+                if reach < 0.02:
+                    break  # (later tokens add less than 2% of a token each)
+            rate = lam
+            if self.c.start_rate_cap:
+                # As in choose: time is worth no more than the best such a round offers (a lucky streak
+                # lifts the realized rate above it, and every costly option then looks worse than plain).
+                rate = min(lam, max([1.0 / costs[0]] + [(1.0 + g) / (costs[0] + extra + price) for g, extra in runs]))
+            best = max([0.0] + [g - rate * extra for g, extra in runs])
+            value += w / total * (best - rate * price)
+        return value
 
     def budget(self, greedy: bool) -> DraftBudget | None:
         # None without drafter priors: its buckets mean nothing here; estimate per slot instead.
@@ -788,6 +815,7 @@ class AdaptiveSchedule:
         self._verify.record(verified + 1, verify_seconds, seconds)
         if verified:
             self._verify_cap = max(self._verify_cap, 2 * verified)
+            self._longest = max(self._longest, verified)
             self._unvouched_cap = None  # (timed at this context now)
             self._full_streak = self._full_streak + 1 if accepted == verified else 0
         elif self._unvouched_cap == 0 and self._right_look(first_matched):

@@ -325,6 +325,40 @@ def test_the_guard_leaves_winning_drafts_alone():
     assert schedule.next_k(1000) == 8
 
 
+# The deep pair's curve (a 16-layer d2048 Q4_K_M target, 2 threads: T(9) = 3.1 T(1)) and a draft pass ~0.1 T(1).
+DEEP_T1 = 46e-3
+DEEP_TARGET = CostProfile({1: DEEP_T1, 2: 1.42 * DEEP_T1, 3: 1.79 * DEEP_T1, 5: 2.52 * DEEP_T1, 9: 3.09 * DEEP_T1})
+DEEP_DRAFT = CostProfile({n: n * 4.4e-3 for n in (1, 2, 3, 5, 9)})
+
+
+@pytest.mark.parametrize("constants, keeps_drafting", [
+    ({}, True),
+    ({"start_to_longest": False}, True),  # (the rate capped at what rounds 4 tokens deep offer: enough here)
+    ({"start_rate_cap": False}, False),  # valued 8 deep at the lucky rate: still worse than plain steps
+    ({"start_rate_cap": False, "start_to_longest": False}, False),  # the negative control: the old rule pauses
+])
+def test_a_lucky_streak_of_long_passes_does_not_pause_drafting(constants, keeps_drafting):
+    """A sampled draft model whose 8-token passes were all accepted (each token's chance ~0.86: luck) lifts
+    the realized rate to ~2x plain. Valued 4 tokens deep at that rate, drafting looked worse than plain
+    steps and paused for 8 rounds though it gained; the start value weighs runs as long as the passes
+    that earned the rate, at no more than the rate such rounds offer."""
+    schedule = AdaptiveSchedule(8, target_costs=DEEP_TARGET, draft_costs=DEEP_DRAFT,
+                                priors={g: [0.5, 0.7, 0.85, 0.95] for g in (True, False)},
+                                constants=ScheduleConstants(**constants))
+    schedule.start(20)
+    asked = []
+    for _ in range(8):
+        k = 0 if schedule.plain_rounds() else schedule.next_k(1000)
+        asked.append(k)
+        if k:
+            proposal = DraftProposal(tokens=tuple(range(8)), buckets=(3,) * 8)
+            schedule.observe(proposal, 8, 8, 9, False, 36e-3, 145e-3, chances=[0.86] * 8)
+        else:
+            schedule.observe(NO_PROPOSAL, 0, 0, 1, False, 0.0, DEEP_T1)
+    assert asked[0] == 8  # (the priors and the curve say drafting pays from the start)
+    assert (asked == [8] * 8) is keeps_drafting, asked
+
+
 def test_a_drafter_that_costs_more_than_it_claims_stops_being_asked():
     """Prompt lookup whose searches took twice a target pass (the schedule prices a free drafter at
     nothing, so only measured rounds can tell): the guard keeps the run near plain speed on copy
