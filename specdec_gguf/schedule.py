@@ -585,25 +585,34 @@ class AdaptiveSchedule:
         weights = self._first_seen[self._greedy]
         total = sum(weights)
         price = self.draft_price.start + d  # drafting the first token (paid whatever is verified)
-        value = 0.0
         deepest = min(self.k_max, max(self.c.lookahead, self._longest if self.c.start_to_longest else 0))
+        # (This runs every round a costly drafter drafted: what the buckets share is computed once.)
+        extra_at = [costs[h] - costs[0] + switch + d * (h - 1) for h in range(1, deepest + 1)]
+        plain_rate = 1.0 / costs[0]
+        cap = self.c.start_rate_cap and lam > plain_rate  # (else it can't bind: the rate is at least plain's)
+        confidence = model.confidence
+        value = 0.0
         for bucket, w in enumerate(weights):
             if w <= 0:
                 continue
-            runs = []  # (gain over a plain step's token, extra seconds) of verifying h = 1, 2, ... such tokens
+            runs = []  # (tokens over a plain step's, seconds more) of verifying h = 1, 2, ... such tokens
             gain, reach = 0.0, 1.0
-            for h in range(1, deepest + 1):
-                reach *= model.confidence(bucket, h - 1)
+            offers = plain_rate  # the best rate such a round offers
+            for h, extra in enumerate(extra_at):
+                reach *= confidence(bucket, h)
                 gain += reach
-                runs.append((gain, costs[h] - costs[0] + switch * (1.0 - reach) + d * (h - 1)))
+                extra -= switch * reach
+                runs.append((gain, extra))
+                if cap:
+                    offers = max(offers, (1.0 + gain) / (costs[0] + extra + price))
                 if reach < 0.02:
                     break  # (later tokens add less than 2% of a token each)
-            rate = lam
-            if self.c.start_rate_cap:
-                # As in choose: time is worth no more than the best such a round offers (a lucky streak
-                # lifts the realized rate above it, and every costly option then looks worse than plain).
-                rate = min(lam, max([1.0 / costs[0]] + [(1.0 + g) / (costs[0] + extra + price) for g, extra in runs]))
-            best = max([0.0] + [g - rate * extra for g, extra in runs])
+            # As in choose, time is worth no more than the best such a round offers: a lucky streak lifts
+            # the realized rate above it, and every costly option then looks worse than plain steps.
+            rate = min(lam, offers) if cap else lam
+            best = 0.0
+            for gain, extra in runs:
+                best = max(best, gain - rate * extra)
             value += w / total * (best - rate * price)
         return value
 
