@@ -169,25 +169,28 @@ def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy], *, greedy
     plain = next((s.name for s in strategies if s.is_plain), None)
     compared = plain if greedy else None  # (the strategy outputs are compared with)
     present = {t.strategy for t in trials}
+    by_case: dict[tuple[str, str], list[Trial]] = {}  # (strategy, prompt) -> its trials, in order
+    for t in trials:
+        by_case.setdefault((t.strategy, t.prompt_id), []).append(t)
 
     def med(name: str, pid: str) -> float:
-        values = [t.throughput for t in trials if t.strategy == name and t.prompt_id == pid]
+        values = [t.throughput for t in by_case.get((name, pid), ())]
         return statistics.median(values) if values else 0.0
 
     def first_tokens(name: str, pid: str) -> tuple[int, ...] | None:
-        return next((t.tokens for t in trials if t.strategy == name and t.prompt_id == pid), None)
+        return next((t.tokens for t in by_case.get((name, pid), ())), None)
 
     plain_tokens = {pid: first_tokens(plain, pid) for pid in prompt_ids} if compared else {}
     plain_trial = {(t.prompt_id, t.repeat): t.throughput for t in trials if t.strategy == plain}
 
     def paired(name: str, pid: str) -> float:
-        ratios = [t.throughput / plain_trial[(pid, t.repeat)] for t in trials
-                  if t.strategy == name and t.prompt_id == pid and plain_trial.get((pid, t.repeat))]
+        ratios = [t.throughput / plain_trial[(pid, t.repeat)] for t in by_case.get((name, pid), ())
+                  if plain_trial.get((pid, t.repeat))]
         return statistics.median(ratios) if ratios else 0.0
 
     def same(name: str, pid: str) -> bool:
         """Whether every trial of ``name`` on ``pid`` wrote plain decoding's answer (one that drifted counts)."""
-        return all(t.tokens == plain_tokens[pid] for t in trials if t.strategy == name and t.prompt_id == pid)
+        return all(t.tokens == plain_tokens[pid] for t in by_case.get((name, pid), ()))
     # (drafter kind, prompt) -> best fixed-k median throughput, among the fixed k whose output on the
     # prompt is plain decoding's: a k whose batched passes tipped a near-tie wrote another answer
     # (often a more repetitive one, faster to draft), which is no like-for-like comparison. Only
