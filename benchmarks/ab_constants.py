@@ -12,8 +12,9 @@ null arm: the shipped constants under another name, whose distance from ``shippe
 fixed-k arms;
 ``--adaptive-k`` adds the shipped adaptive schedule with other bounds on a proposal's length (a draft
 model's is 8); ``--detail`` adds where each arm's time goes (target passes per answer and how many declined their
-proposal, the shares of time spent drafting and outside llama.cpp); ``--temp`` samples (every trial with
-``--seed``: the arms of a prompt draw alike where they draw alike) instead of decoding greedily.
+proposal, the shares of time spent drafting and outside llama.cpp); ``--temp`` samples (repeat r with
+seed ``--seed`` + r: the arms of a repeat draw alike where they draw alike, and each repeat draws other answers)
+instead of decoding greedily.
 
 Arms are interleaved as `specdec bench` interleaves its strategies (``benchmark.run_trials``: a fresh
 decoder per trial that prefills its prompt, as `specdec run` starts), on a built-in prompt set (`--set`), with
@@ -77,9 +78,11 @@ def parse_variant(spec: str) -> tuple[str, ScheduleConstants]:
 
 
 def sampling_for(temperature: float, seed: int) -> SamplingParams:
-    """``--temp`` and ``--seed`` as every trial samples (temperature 0: greedy). One seed for every trial:
-    the arms of a prompt draw from the same generator state, so where two arms' rounds line up they
-    draw alike, and the differences between arms are theirs, not the draws'."""
+    """``--temp`` and ``--seed`` as the trials sample (temperature 0: greedy). run_trials samples repeat r with
+    seed + r: the arms of a repeat draw from the same generator state, so where two arms' rounds line up they
+    draw alike, and each repeat draws other answers, so the medians average the draws' luck too (with one
+    seed for every trial a fixed k's repeats were one answer timed over and over: 8 repeats of the 16-layer
+    pair at T = 0.8 put k = 8 at 1.49x plain and k = 4 at 1.26x on one draw each)."""
     return SamplingParams(temperature=temperature, seed=seed if temperature > 0 else None)
 
 
@@ -132,8 +135,8 @@ def main() -> None:
     parser.add_argument("--shared-store", action="store_true",
                         help="one calibration store for every arm (as before 2026-12-05's twenty-first session)")
     parser.add_argument("--temp", type=float, default=0.0,
-                        help="sampling temperature (0: greedy); each trial samples with --seed")
-    parser.add_argument("--seed", type=int, default=0, help="with --temp: the sampling seed of every trial")
+                        help="sampling temperature (0: greedy); repeat r samples with seed --seed + r")
+    parser.add_argument("--seed", type=int, default=0, help="with --temp: the sampling seed of the first repeat")
     parser.add_argument("--detail", action="store_true",
                         help="also print, per arm, where an answer's time goes (passes, declined ones, drafting, outside llama.cpp)")
     args = parser.parse_args()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from .decoder import SpeculativeDecoder
@@ -107,7 +107,10 @@ def run_trials(target: TextModel, draft: TextModel | None, strategies: Sequence[
     End-of-generation tokens are ignored so every trial generates ``max_tokens`` tokens.
     ``cold``: a fresh decoder per trial that prefills its prompt, as ``specdec run`` starts; with
     ``profile_cache`` it reads the cached cost profiles and remembered calibrations (as a user's
-    later runs do), without, it measures and learns afresh.
+    later runs do), without, it measures and learns afresh. Seeded ``sampling`` samples repeat r with
+    ``seed + r``: every strategy of a repeat starts from the same generator state, and each repeat draws
+    another answer (a sampled answer's speed is as much its draws' luck as its strategy's: one answer
+    timed over and over averages the timing, not the luck).
     """
     ours = [s for s in strategies if not s.peer]
 
@@ -124,13 +127,14 @@ def run_trials(target: TextModel, draft: TextModel | None, strategies: Sequence[
     trials = []
     engines = [e for e in (target, draft) if e is not None]
     for rep in range(repeats):
+        drawn = sampling if sampling.seed is None else replace(sampling, seed=sampling.seed + rep)
         for prompt_id, tokens in prompts:
             for s in ours:
                 decoder = decoder_for(s) if cold else decoders[s.name]
                 if cold:
                     start_afresh(engines)
                 decode_before = sum(e.decode_seconds for e in engines)
-                r = decoder.generate(tokens, max_tokens, sampling, ignore_eog=True)
+                r = decoder.generate(tokens, max_tokens, drawn, ignore_eog=True)
                 st = r.stats
                 # The prefill's decode time is not part of generation: subtract its share of this run.
                 decoded = sum(e.decode_seconds for e in engines) - decode_before

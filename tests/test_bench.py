@@ -147,6 +147,24 @@ def test_trials_are_interleaved_after_a_warm_up(tiny_engines):
 
 
 
+
+def test_seeded_sampled_trials_draw_another_answer_each_repeat_and_alike_within_one(tiny_engines):
+    """Seeded, repeat r samples with seed + r: the strategies of a repeat start from the same generator state
+    (two plain strategies write the same answer), each repeat draws another answer (one sampled answer timed
+    over and over would average only the timing, not its draws' luck), and the same seed repeats it all."""
+    from specdec_gguf.sampling import SamplingParams
+
+    target, _ = tiny_engines
+    strategies = [PLAIN, Strategy("plain again", DrafterSettings(kind="none"))]
+    prompts = [("x", target.tokenize("the model is"))]
+    sampling = SamplingParams(temperature=1.5, seed=7)
+    trials = run_trials(target, None, strategies, prompts, 12, 3, sampling)
+    answers = [[t.tokens for t in trials if t.repeat == rep] for rep in range(3)]
+    assert all(first == second for first, second in answers)
+    assert len({first for first, _ in answers}) == 3
+    again = run_trials(target, None, strategies, prompts, 12, 3, sampling)
+    assert [t.tokens for t in again] == [t.tokens for t in trials]
+
 def _seen_at_each_generate(monkeypatch, look) -> list:
     """What ``look(decoder)`` saw as each ``SpeculativeDecoder.generate`` began, in order."""
     from specdec_gguf.decoder import SpeculativeDecoder
@@ -700,3 +718,29 @@ def test_ab_constants_samples_every_trial_alike_or_decodes_greedily():
     assert sampling_for(0.0, 3).greedy
     with pytest.raises(ConfigError, match="temperature"):
         sampling_for(-1.0, 3)
+
+
+def test_sampled_acceptance_reads_each_positions_chance_from_the_two_rows(tiny_family, tiny_engines):
+    """benchmarks/sampled_acceptance.py, teacher-forced: a draft that is the target itself (another engine of
+    the same file) is accepted with chance 1 at every answer position, and every drawable token's
+    min(1, p/q) is 1; the tiny pair's own draft less (fails if the rows were misaligned, or the chance
+    were anything but sum min(p, q)). A bucket that decides the value explains all of its variance, one
+    that is the same for every token none."""
+    import numpy as np
+
+    from specdec_gguf.engines import LlamaCppEngine
+    from specdec_gguf.sampling import SamplingParams
+
+    script = _benchmark("sampled_acceptance")
+    target, draft = tiny_engines
+    params = SamplingParams(temperature=0.8, seed=1)
+    prompt = target.tokenize("Once upon a time there was")
+    with LlamaCppEngine(tiny_family.target, n_ctx=512, n_batch=64, n_threads=1) as twin:
+        chances, rows = script.answer_chances(target, twin, prompt, 12, params)
+    assert len(chances) == 12 and np.allclose(chances, 1.0, atol=1e-4)
+    assert all(abs(ratio - 1.0) < 1e-4 for *_, ratio in rows)
+    chances, rows = script.answer_chances(target, draft, prompt, 12, params)
+    assert len(chances) == 12 and chances.mean() < 0.99 and (chances > 0).all()
+    decided = np.array([(b, 0, -1, 1.0, b / 10) for b in range(5)] * 3)
+    assert script.explained_by_buckets(decided, 0) == pytest.approx(1.0)
+    assert script.explained_by_buckets(decided, 1) == pytest.approx(0.0)
