@@ -160,7 +160,7 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated case names")
     parser.add_argument("--out", type=Path, default=Path("matrix.json"))
     parser.add_argument("--temp", type=float, default=0.0, help="sample at this temperature (0: greedy)")
-    parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: fresh draws per trial)")
+    parser.add_argument("--seed", type=int, default=None, help="sampling seed of the first repeat, seed + r of repeat r (default: fresh draws per trial)")
     parser.add_argument("--exact", action="store_true",
                         help="targets (and llama.cpp's peers) in exact mode: every answer plain decoding's on a "
                              "bit-invariant build (GGML_LLAMAFILE=OFF, docs/exactness.md)")
