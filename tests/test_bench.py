@@ -146,8 +146,6 @@ def test_trials_are_interleaved_after_a_warm_up(tiny_engines):
     assert all(t.throughput > 0 for t in trials)
 
 
-
-
 def test_seeded_sampled_trials_draw_another_answer_each_repeat_and_alike_within_one(tiny_engines):
     """Seeded, repeat r samples with seed + r: the strategies of a repeat start from the same generator state
     (two plain strategies write the same answer), each repeat draws another answer (one sampled answer timed
@@ -164,6 +162,7 @@ def test_seeded_sampled_trials_draw_another_answer_each_repeat_and_alike_within_
     assert len({first for first, _ in answers}) == 3
     again = run_trials(target, None, strategies, prompts, 12, 3, sampling)
     assert [t.tokens for t in again] == [t.tokens for t in trials]
+
 
 def _seen_at_each_generate(monkeypatch, look) -> list:
     """What ``look(decoder)`` saw as each ``SpeculativeDecoder.generate`` began, in order."""
@@ -707,9 +706,9 @@ def test_a_variant_without_fields_is_a_null_arm():
         parse_variant("shipped")
 
 
-def test_ab_constants_samples_every_trial_alike_or_decodes_greedily():
-    """ab_constants.py --temp T --seed S: every trial samples at T from the same seed (the arms of a prompt
-    draw alike where their rounds line up); --temp 0 decodes greedily. Fails if the seed were dropped
+def test_ab_constants_samples_from_its_seed_or_decodes_greedily():
+    """ab_constants.py --temp T --seed S: the trials sample at T from seed S (run_trials adds the repeat: the
+    arms of a repeat draw alike where their rounds line up); --temp 0 decodes greedily. Fails if the seed were dropped
     (trials would draw differently) or temperature 0 sampled."""
     sampling_for = _benchmark("ab_constants").sampling_for
     params = sampling_for(0.8, 3)
