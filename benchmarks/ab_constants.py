@@ -12,7 +12,8 @@ null arm: the shipped constants under another name, whose distance from ``shippe
 fixed-k arms;
 ``--adaptive-k`` adds the shipped adaptive schedule with other bounds on a proposal's length (a draft
 model's is 8); ``--detail`` adds where each arm's time goes (target passes per answer and how many declined their
-proposal, the shares of time spent drafting and outside llama.cpp); ``--temp`` samples (repeat r with
+proposal, the shares of time spent drafting and outside llama.cpp, and the passes per answer by how many drafted
+tokens each verified); ``--temp`` samples (repeat r with
 seed ``--seed`` + r: the arms of a repeat draw alike where they draw alike, and each repeat draws other answers)
 instead of decoding greedily.
 
@@ -138,7 +139,8 @@ def main() -> None:
                         help="sampling temperature (0: greedy); repeat r samples with seed --seed + r")
     parser.add_argument("--seed", type=int, default=0, help="with --temp: the sampling seed of the first repeat")
     parser.add_argument("--detail", action="store_true",
-                        help="also print, per arm, where an answer's time goes (passes, declined ones, drafting, outside llama.cpp)")
+                        help="also print, per arm, where an answer's time goes (passes, declined ones, drafting, outside llama.cpp) "
+                             "and its passes by how many drafted tokens each verified")
     args = parser.parse_args()
     variants = dict([("shipped", ScheduleConstants())] + [parse_variant(v) for v in args.variant])
     fixed = [int(k) for k in args.k.split(",") if k]
@@ -191,6 +193,11 @@ def main() -> None:
             print(f"  {report.name:<12} {1e3 * args.n / report.median_throughput:9.2f}  "
                   f"{args.n / report.tokens_per_target_pass:13.1f}  {report.declined:8.1f}  "
                   f"{report.acceptance_rate:10.2f}  {report.draft_share:8.1%}  {share:>17}")
+        # How long the passes were: a schedule's mix of lengths against a fixed k's one.
+        print("  passes per answer by drafted tokens verified (0: plain steps)")
+        for report in reports[1:]:
+            sizes = ", ".join(f"{j}: {n:.1f}" for j, n in enumerate(report.passes_by_verified) if n >= 0.05)
+            print(f"  {report.name:<12} {sizes}")
 
 
 if __name__ == "__main__":

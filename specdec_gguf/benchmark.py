@@ -53,6 +53,7 @@ class Trial:
     python_share: float | None = None  # share of generation time outside llama_decode
     declined: int = 0  # rounds whose proposal was verified not at all (SpecStats.declined)
     draft_share: float = 0.0  # share of generation time spent drafting (SpecStats.draft_seconds)
+    passes_by_verified: tuple[int, ...] = ()  # SpecStats.passes_by_verified
 
 
 @dataclass
@@ -76,6 +77,8 @@ class StrategyReport:
     python_share: float | None = None  # median share of generation time outside llama_decode
     declined: float = 0.0  # median rounds per answer whose proposal was verified not at all
     draft_share: float = 0.0  # median share of generation time spent drafting
+    # Mean target passes per answer by how many drafted tokens each verified (item 0: plain steps)
+    passes_by_verified: list[float] = field(default_factory=list)
     peer: bool = False  # another implementation (no acceptance figures of ours)
 
 
@@ -143,7 +146,8 @@ def run_trials(target: TextModel, draft: TextModel | None, strategies: Sequence[
                 trial = Trial(s.name, prompt_id, rep, st.generation_throughput, st.acceptance_rate,
                               st.tokens_per_target_pass, st.draft_seconds / st.drafted if st.drafted else 0.0,
                               tuple(r.tokens), share, st.declined,
-                              st.draft_seconds / st.generation_seconds if st.generation_seconds else 0.0)
+                              st.draft_seconds / st.generation_seconds if st.generation_seconds else 0.0,
+                              tuple(st.passes_by_verified))
                 trials.append(trial)
                 if on_trial:
                     on_trial(trial)
@@ -230,10 +234,17 @@ def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy], *, greedy
             python_share=statistics.median(shares) if shares else None,
             declined=statistics.median(t.declined for t in mine),
             draft_share=statistics.median(t.draft_share for t in mine),
+            passes_by_verified=_mean_counts([t.passes_by_verified for t in mine]),
             greedy_match=(sum(same(s.name, p) for p in prompt_ids) / len(prompt_ids)) if compared and not s.peer
             else None,
             same_output={p: same(s.name, p) for p in prompt_ids} if compared and not s.peer else {}, peer=s.peer))
     return reports
+
+
+def _mean_counts(counts: Sequence[Sequence[int]]) -> list[float]:
+    """Item by item, the mean of ``counts`` (a missing item counts 0)."""
+    size = max((len(c) for c in counts), default=0)
+    return [sum(c[j] for c in counts if j < len(c)) / len(counts) for j in range(size)]
 
 
 PEER_NAME = "llama-cpp-python lookup"

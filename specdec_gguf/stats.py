@@ -56,6 +56,15 @@ class SpecStats:
         return self.accepted / self.drafted if self.drafted else 0.0
 
     @property
+    def passes_by_verified(self) -> list[int]:
+        """Target passes by how many drafted tokens they verified: item j counts the passes that verified j
+        (item 0: plain steps, declined proposals' included)."""
+        drafted = self.per_position_drafted  # (item i: the rounds that verified more than i drafted tokens)
+        counts = [self.target_passes - (drafted[0] if drafted else 0)]
+        counts += [n - (drafted[j + 1] if j + 1 < len(drafted) else 0) for j, n in enumerate(drafted)]
+        return counts
+
+    @property
     def tokens_per_target_pass(self) -> float:
         """generated tokens / target passes; plain decoding gives 1.0."""
         return self.generated_tokens / self.target_passes if self.target_passes else 0.0
@@ -92,6 +101,7 @@ class SpecStats:
             "per_position_accepted": list(self.per_position_accepted),
             "per_position_acceptance": self.per_position_acceptance,
             "accepted_length_histogram": list(self.accepted_length_histogram),
+            "passes_by_verified": self.passes_by_verified,
             "prefill_seconds": self.prefill_seconds,
             "draft_seconds": self.draft_seconds,
             "verify_seconds": self.verify_seconds,

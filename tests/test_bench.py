@@ -241,9 +241,14 @@ def test_bench_json_contract(tiny_family):
         else:  # (plain drafts nothing, a fixed k verifies every proposal whole: no declined rounds)
             assert report["declined"] == 0
         assert 0.0 <= report["draft_share"] < 1.0
+        by_verified = report["passes_by_verified"]  # (mean passes per answer by drafted tokens verified)
+        if " k=" in report["name"]:
+            assert len(by_verified) <= int(report["name"].rsplit("=", 1)[1]) + 1
+        assert sum(by_verified) * report["tokens_per_target_pass"] == pytest.approx(8, rel=0.5)
     plain = out["reports"][0]
     assert plain["speedup"] == 1.0 and set(plain["per_prompt_speedup"].values()) == {1.0}
     assert plain["greedy_match"] == 1.0 and plain["tokens_per_target_pass"] == 1.0
+    assert plain["passes_by_verified"] == [8.0]  # (8 tokens, a plain step each)
 
 
 def test_sampled_trials_are_not_compared_with_plain_output():

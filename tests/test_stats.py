@@ -24,6 +24,19 @@ def test_record_round_and_derived_figures():
     assert stats.per_position_acceptance == pytest.approx([2 / 3, 1 / 3, 0.5, 0.5])
     assert stats.accepted_length_histogram == [1, 1, 0, 0, 1]
     assert stats.generation_throughput == pytest.approx(4.5)
+    assert stats.passes_by_verified == [1, 0, 1, 0, 2]  # (one plain step, a 2-token pass, two 4-token ones)
+
+
+def test_passes_by_verified_counts_each_pass_once_by_its_length():
+    """Item j counts the passes that verified j drafted tokens; declined rounds are plain steps (item 0), and
+    the items add up to every target pass."""
+    stats = SpecStats()
+    assert stats.passes_by_verified == [0]
+    for drafted, accepted, declined in [(1, 1, False), (0, 0, True), (3, 0, False), (1, 0, False), (0, 0, False)]:
+        stats.record_round(drafted, accepted, accepted + 1, declined=declined)
+    assert stats.passes_by_verified == [2, 2, 0, 1]
+    assert sum(stats.passes_by_verified) == stats.target_passes
+    assert stats.as_dict()["passes_by_verified"] == [2, 2, 0, 1]
 
 
 def test_declined_rounds_are_plain_steps_counted_apart():
