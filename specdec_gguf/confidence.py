@@ -112,6 +112,12 @@ class AcceptanceModel:
         """The calibration the fit is pulled towards (the identity when none was given)."""
         return self._centre
 
+    @property
+    def remembered_unfitted(self) -> bool:
+        """Whether a remembered calibration waits for the first refit while outcomes have come in (``fitted``
+        would bring it in now)."""
+        return self._evidence is not None and not self._refitted and self._since_fit > 0
+
     def fitted(self) -> tuple[float, float, float, float]:
         """The pooled calibration with every outcome so far in it (refitted if some came since the last fit)."""
         if self._since_fit:

@@ -142,6 +142,15 @@ class ScheduleConstants:
     # its 1- and 2-token matches). On the EPYC host two right tokens gave tiny-wide 5.4, yet 5 and 4
     # gained it under 1% of the best fixed k and cost the underconfident draft's worst (0.908x -> 0.875x).
     early_evidence: float = 6.0
+    # Sampled, before a costly drafter pauses (the start value says drafting doesn't pay) while the calibration
+    # it remembered still waits for the first refit, the calibration takes in the outcomes so far: a pause
+    # brings none, so such a run went on at the priors (set below every pair measured), and its looks were
+    # priced out as the tokens to catch up on grew (tiny-wide at T = 0.8: 2 of 60 answers three declined
+    # one-token draws, then all plain; none with it). Kept for that defect, not for a measured speed: side by
+    # side on four pairs it moved the paired ratios -0.2% to +2.3% (docs/performance.md, "thirtieth"). Greedy
+    # the simulated suites lost worst cases to it (0.970x -> 0.949x plain): there the first outcomes are
+    # sharper evidence, and a pause on them is a verdict.
+    refit_before_pause: bool = True
     # Prompt lookup leans on a remembered calibration only as far as this run's outcomes make it the
     # likelier one (AcceptanceModel(weigh_calibration=)): one learned on copies, taken whole at the first
     # refit, bet 16-33-token passes on an answer editing every ~7th token (simulated in turn: 0.90x
@@ -511,6 +520,11 @@ class AdaptiveSchedule:
         # The value is cached until the costs or what a first token looks like change.
         if self._start_value is None:
             self._start_value = self._first_token_value()
+        if self._start_value <= self.c.draft_margin and self.c.refit_before_pause and not self._greedy \
+                and self.models[False].remembered_unfitted:
+            self.models[False].fitted()  # (ScheduleConstants.refit_before_pause)
+            self._start_value = self._first_token_value()
+            self._potential_cache = None
         if self._start_value > self.c.draft_margin:
             self._probe_interval = self.c.probe_interval
             if self._untaken and not self._earns_back(self._start_value, room, costs[0], self._catch_up_price()):

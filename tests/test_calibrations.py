@@ -27,9 +27,13 @@ def test_a_model_starts_from_its_priors_and_is_pulled_towards_its_calibration():
     # A remembered calibration is not bet on before this run's outcomes are in: both start at the priors.
     assert [round(m.confidence(b), 6) for m in (plain, warm) for b in range(4)] == PRIORS * 2
     assert warm.centre == (2.0, 1.0, 0.0, 0.0) and plain.centre == (0.0, 1.0, 0.0, 0.0)
+    assert not warm.remembered_unfitted  # (no outcome yet: a refit would have nothing to take in)
     for _ in range(8):  # the same few outcomes, a rejected first token in bucket 1 each time
         plain.update([1], 0)
         warm.update([1], 0)
+        if warm.calibration == (0.0, 1.0, 0.0, 0.0):  # (before the first refit: it waits)
+            assert warm.remembered_unfitted and not plain.remembered_unfitted
+    assert not warm.remembered_unfitted  # (refitted: met)
     # Both fits move down, but each stays nearer its centre: the remembered calibration is the prior.
     assert plain.calibration[0] < 0 and 0 < warm.calibration[0] < 2.0
     assert warm.confidence(2) > plain.confidence(2)

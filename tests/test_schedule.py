@@ -359,6 +359,36 @@ def test_a_lucky_streak_of_long_passes_does_not_pause_drafting(constants, keeps_
     assert (asked == [8] * 8) is keeps_drafting, asked
 
 
+@pytest.mark.parametrize("refit_before_pause, greedy, drafts", [
+    (True, False, True),
+    (False, False, False),  # the negative control: it pauses at the priors, the calibration never met
+    (True, True, False),  # greedy, the first outcomes' verdict stands
+])
+def test_a_sampled_draft_meets_its_remembered_calibration_before_it_pauses(refit_before_pause, greedy, drafts):
+    """Sampled, three one-token draws at priors that undersell the pair (0.45 where it remembered ~0.9) leave
+    the start value below the margin before the first refit (four updates); a pause brings no outcomes, so the
+    run would go on at the priors. Before pausing, the calibration takes in the outcomes so far (the
+    remembered one, as the first refit would), and drafting goes on."""
+    schedule = AdaptiveSchedule(8, target_costs=DEEP_TARGET, draft_costs=DEEP_DRAFT,
+                                priors={g: [0.45, 0.5, 0.55, 0.6] for g in (True, False)},
+                                calibrations={g: (2.0, 1.0, 0.0, 0.0) for g in (True, False)},
+                                constants=ScheduleConstants(refit_before_pause=refit_before_pause))
+    schedule.start(20)
+    # Outcomes about as likely under either (little evidence: no early refit): chances of 0.7, or greedy
+    # right, wrong, right.
+    for accepted in (1, 0, 1):
+        proposal = DraftProposal(tokens=(1,), buckets=(0,))
+        if greedy:
+            schedule.observe(proposal, 1, accepted, accepted + 1, True, 4.4e-3, 1.42 * DEEP_T1)
+        else:
+            schedule.observe(proposal, 1, 0, 1, False, 4.4e-3, 1.42 * DEEP_T1, chances=[0.7])
+    assert schedule.models[greedy].calibration == (0.0, 1.0, 0.0, 0.0)  # (the priors as given, no refit yet)
+    k = schedule.next_k(1000)
+    assert (schedule.models[greedy].calibration[0] > 1.0) is drafts  # (refitted towards the remembered one)
+    if not greedy:
+        assert (k > 0) is drafts
+
+
 def test_a_drafter_that_costs_more_than_it_claims_stops_being_asked():
     """Prompt lookup whose searches took twice a target pass (the schedule prices a free drafter at
     nothing, so only measured rounds can tell): the guard keeps the run near plain speed on copy
