@@ -184,14 +184,14 @@ def main() -> None:
         print_ratios(report.name, report.paired_speedup or 0.0, report.per_prompt_paired)
     if args.detail:
         # Where an answer's time goes, over all prompts: its length at the median throughput, target
-        # passes per answer (rounds) and how many of them declined their proposal (plain steps that
+        # passes per answer (rounds, the mean of the counts) and how many of them declined their proposal (plain steps that
         # paid for a draft: looks), acceptance, the share of time spent drafting, and the share
         # spent outside llama_decode (Python, ctypes, and what either makes the next pass wait for).
         print("  arm          ms/answer  passes/answer  declined  acceptance  drafting  outside llama.cpp")
         for report in reports:
             share = f"{report.python_share:.1%}" if report.python_share is not None else "-"
             print(f"  {report.name:<12} {1e3 * args.n / report.median_throughput:9.2f}  "
-                  f"{args.n / report.tokens_per_target_pass:13.1f}  {report.declined:8.1f}  "
+                  f"{sum(report.passes_by_verified):13.1f}  {report.declined:8.1f}  "
                   f"{report.acceptance_rate:10.2f}  {report.draft_share:8.1%}  {share:>17}")
         # How long the passes were: a schedule's mix of lengths against a fixed k's one.
         print("  passes per answer by drafted tokens verified (0: plain steps)")
