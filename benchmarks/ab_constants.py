@@ -13,9 +13,8 @@ fixed-k arms;
 ``--adaptive-k`` adds the shipped adaptive schedule with other bounds on a proposal's length (a draft
 model's is 8); ``--detail`` adds where each arm's time goes (target passes per answer and how many declined their
 proposal, the shares of time spent drafting and outside llama.cpp, and the passes per answer by how many drafted
-tokens each verified); ``--temp`` samples (repeat r with
-seed ``--seed`` + r: the arms of a repeat draw alike where they draw alike, and each repeat draws other answers)
-instead of decoding greedily.
+tokens each verified); ``--temp`` samples (repeat r with seed ``--seed`` + r: the arms of a repeat draw alike
+where they draw alike, and each repeat draws other answers) instead of decoding greedily.
 
 Arms are interleaved as `specdec bench` interleaves its strategies (``benchmark.run_trials``: a fresh
 decoder per trial that prefills its prompt, as `specdec run` starts), on a built-in prompt set (`--set`), with
@@ -139,8 +138,8 @@ def main() -> None:
                         help="sampling temperature (0: greedy); repeat r samples with seed --seed + r")
     parser.add_argument("--seed", type=int, default=0, help="with --temp: the sampling seed of the first repeat")
     parser.add_argument("--detail", action="store_true",
-                        help="also print, per arm, where an answer's time goes (passes, declined ones, drafting, outside llama.cpp) "
-                             "and its passes by how many drafted tokens each verified")
+                        help="also print, per arm, where an answer's time goes (passes, declined ones, drafting, "
+                             "outside llama.cpp) and its passes by how many drafted tokens each verified")
     args = parser.parse_args()
     variants = dict([("shipped", ScheduleConstants())] + [parse_variant(v) for v in args.variant])
     fixed = [int(k) for k in args.k.split(",") if k]
@@ -184,8 +183,8 @@ def main() -> None:
         print_ratios(report.name, report.paired_speedup or 0.0, report.per_prompt_paired)
     if args.detail:
         # Where an answer's time goes, over all prompts: its length at the median throughput, target
-        # passes per answer (rounds, the mean of the counts) and how many of them declined their proposal (plain steps that
-        # paid for a draft: looks), acceptance, the share of time spent drafting, and the share
+        # passes per answer (rounds, the mean of the counts) and how many of them declined their proposal
+        # (plain steps that paid for a draft: looks), acceptance, the share of time spent drafting, and the share
         # spent outside llama_decode (Python, ctypes, and what either makes the next pass wait for).
         print("  arm          ms/answer  passes/answer  declined  acceptance  drafting  outside llama.cpp")
         for report in reports:
