@@ -35,6 +35,11 @@ _IDENTITY = (0.0, 1.0, 0.0, 0.0)  # the calibration that leaves the drafter's pr
 _MIN_SLOPE = 0.1  # s: the priors' order must stay
 
 
+def slot_group(position: int) -> int:
+    """The slot group of a token at ``position`` in its proposal: 0 first, 1 later, 2 deep (see the module docs)."""
+    return _DEPTH[min(position, 4)]
+
+
 class AcceptanceModel:
     """Calibrated acceptance per bucket; ``confidence(bucket)`` is its posterior mean.
 
@@ -92,6 +97,8 @@ class AcceptanceModel:
         self.outcomes = 0  # every outcome counted, verified or not: what taught the calibration
         self._since_fit = 0
         self._refitted = False
+        self.revision = 0  # counts the changes of any bucket's confidence (what readers may cache by)
+        self._confidences: dict[int, tuple[int, list[float]]] = {}  # per slot group: (revision, confidences)
         self._apply(_IDENTITY)
         # How much better the remembered calibration predicted the outcomes so far than the priors as
         # given (log-likelihood ratio; None: nothing remembered, or no longer read: after the first
@@ -137,6 +144,15 @@ class AcceptanceModel:
                 self._total[slot] + self.strength)
         return mean
 
+    def confidences(self, position: int = 0) -> list[float]:
+        """``confidence(bucket, position)`` of every bucket, in bucket order (kept until the next change:
+        the caller must not modify it)."""
+        group = slot_group(position)
+        kept = self._confidences.get(group)
+        if kept is None or kept[0] != self.revision:
+            kept = self._confidences[group] = (self.revision, [self.confidence(b, position) for b in range(self._n)])
+        return kept[1]
+
     def update(self, buckets: Sequence[int], accepted: int) -> None:
         """A proposal's verified tokens with these buckets: the first ``accepted`` were accepted, the next
         rejected."""
@@ -155,6 +171,7 @@ class AcceptanceModel:
             b += n * _DEPTH[min(i, 4)]
             self._count(hits, total, b, outcome)
             self._mean[b] = None  # (recomputed when next read: see confidence)
+        self.revision += 1
         self._counted()
 
     def update_hindsight(self, outcomes: Sequence[tuple[int, bool, int]], weight: float) -> None:
@@ -277,6 +294,7 @@ class AcceptanceModel:
         """Make ``calibration`` the pooled estimate; every slot's posterior mean follows when next read."""
         a, s, d1, d2 = calibration
         self.calibration = (float(a), float(s), float(d1), float(d2))
+        self.revision += 1
         self._pooled: list[float | None] = [None] * (3 * self._n)
         self._mean: list[float | None] = [None] * (3 * self._n)
 

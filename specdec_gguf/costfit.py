@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import math
 import statistics
+from bisect import bisect_left
 from collections import deque
+from itertools import accumulate
+from typing import Sequence
 
 from .profile import CONTEXT_TOKENS, CostProfile
 
@@ -96,6 +99,26 @@ class VerifyCosts:
             self.stale = abs(seconds - predicted) > 0.5 * predicted  # refit when far off
         if self.stale:
             self._since_refresh, self._since_refresh_seconds = 0, 0.0
+
+    def record_plain_steps(self, seconds: Sequence[float], round_seconds: Sequence[float]) -> None:
+        """``record(1, s, r)`` for each (s, r) of plain steps that follow a plain step (a pause's rounds,
+        told together), without a loop in Python: the same state, the same sums in the same order."""
+        if not seconds:
+            return
+        self._recent.extend((1, t, False) for t in seconds[-(self._recent.maxlen or len(seconds)):])
+        self._last_pass = 1
+        # The running sums the rounds one by one would leave: the first that makes the table due resets them.
+        sums = list(accumulate(round_seconds, initial=self._since_refresh_seconds))
+        due = len(seconds) + 1
+        if not self.stale:
+            due = 1 if not self.table else max(self.refresh_every - self._since_refresh,
+                                               bisect_left(sums, self.refresh_seconds), 1)
+        if due > len(seconds):
+            self._since_refresh += len(seconds)
+            self._since_refresh_seconds = sums[-1]
+            return
+        self.stale = True
+        self._since_refresh, self._since_refresh_seconds = len(seconds) - due, sum(round_seconds[due:], 0.0)
 
     def refit(self) -> list[float]:
         """Rebuild ``table`` and ``switch`` from the recent passes (empty: nothing known yet)."""

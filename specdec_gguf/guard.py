@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from itertools import islice
+from typing import Sequence
 
 
 class GainGuard:
@@ -62,6 +63,23 @@ class GainGuard:
     def asked(self) -> None:
         """This round consults the drafter: score it when it is recorded."""
         self._asked = True
+
+    def record_plain_steps(self, draft_seconds: Sequence[float], verify_seconds: Sequence[float]) -> None:
+        """``record(0, 1, d, s, after_verify=False)`` for each (d, s) of plain steps that follow plain steps
+        (a pause's rounds, told together): the same state, without a loop in Python."""
+        if not verify_seconds:
+            return
+        if self._asked:  # (the first is scored: the general way)
+            self.record(0, 1, draft_seconds[0], verify_seconds[0], after_verify=False)
+            draft_seconds, verify_seconds = draft_seconds[1:], verify_seconds[1:]
+            if not verify_seconds:
+                return
+        times = self._plain_times
+        # One by one, the median is dropped where 8 new ones have come, or while fewer than 8 are known.
+        if self._plain_new + len(verify_seconds) >= 8 or len(times) + 1 < 8:
+            self._plain_round = None
+        times.extend(verify_seconds[-(times.maxlen or len(verify_seconds)):])
+        self._plain_new += len(verify_seconds)
 
     def record(self, verified: int, generated: int, draft_seconds: float, verify_seconds: float, *,
                after_verify: bool) -> None:

@@ -15,14 +15,15 @@ never below plain decoding's ``1 / T(1)``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import add
 from typing import Mapping, Protocol, Sequence, runtime_checkable
 
-from .confidence import AcceptanceModel
+from .confidence import AcceptanceModel, slot_group
 from .costfit import DraftPrice, VerifyCosts
 from .errors import ConfigError
 from .guard import GainGuard
 from .profile import BUSY_PROFILE, CostProfile
-from .proposal import DraftProposal
+from .proposal import NO_PROPOSAL, DraftProposal
 from .settings import MAX_CATCH_UP
 
 
@@ -254,6 +255,18 @@ class HindsightSchedule(Protocol):
         ...
 
 
+@runtime_checkable
+class PlainRunSchedule(Protocol):
+    """A draft schedule that takes the rounds of a pause in one call (optional: else the decoder tells
+    them round by round through ``observe`` and ``hindsight``)."""
+
+    def observe_plain(self, rounds: Sequence[tuple[Sequence[int], float, float]], greedy: bool) -> None:
+        """Plain steps run without consulting the schedule (``plain_rounds``), in order: each round's
+        committed tokens, draft seconds and verify seconds. Learns what ``observe`` (and ``hindsight``)
+        would learn from them told round by round."""
+        ...
+
+
 class DraftBudget:
     """Handed to a drafter while it drafts: calibrated confidence per bucket, and whether one more
     token can still pay (a draft model stops drafting when it can't)."""
@@ -362,6 +375,9 @@ class AdaptiveSchedule:
         # drafter's confident buckets are the common ones (drafts are mostly sure of themselves).
         self._first_seen = {g: [0.5 * self.models[g].confidence(b) ** 2 for b in range(len(self.models[g]))]
                             for g in (True, False)}
+        self._first_revision = 0  # counts the changes of _first_seen
+        # guess's averages per slot group: the confidences averaged (model.confidences), _first_seen's revision
+        self._guesses: dict[int, tuple[list[float], int, float]] = {}
         self._rate_tokens = 0.0
         self._rate_seconds = 0.0
         self._plain_rate = 0.0
@@ -602,31 +618,37 @@ class AdaptiveSchedule:
         deepest = min(self.k_max, max(self.c.lookahead, self._longest if self.c.start_to_longest else 0))
         # (This runs every round a costly drafter drafted: what the buckets share is computed once.)
         extra_at = [costs[h] - costs[0] + switch + d * (h - 1) for h in range(1, deepest + 1)]
-        plain_rate = 1.0 / costs[0]
+        step, plain_rate = costs[0], 1.0 / costs[0]
         cap = self.c.start_rate_cap and lam > plain_rate  # (else it can't bind: the rate is at least plain's)
-        confidence = model.confidence
+        # (Plain loops over floats: this runs every round a costly drafter drafted, ~9 buckets x 8 tokens.)
+        levels = [model.confidences(h) for h in range(len(extra_at))]
         value = 0.0
         for bucket, w in enumerate(weights):
             if w <= 0:
                 continue
-            runs = []  # (tokens over a plain step's, seconds more) of verifying h = 1, 2, ... such tokens
+            gains, extras = [], []  # tokens over a plain step's, seconds more, of verifying h = 1, 2, ... such tokens
             gain, reach = 0.0, 1.0
             offers = plain_rate  # the best rate such a round offers
-            for h, extra in enumerate(extra_at):
-                reach *= confidence(bucket, h)
+            for level, extra in zip(levels, extra_at):
+                reach *= level[bucket]
                 gain += reach
                 extra -= switch * reach
-                runs.append((gain, extra))
+                gains.append(gain)
+                extras.append(extra)
                 if cap:
-                    offers = max(offers, (1.0 + gain) / (costs[0] + extra + price))
+                    rate = (1.0 + gain) / (step + extra + price)
+                    if rate > offers:
+                        offers = rate
                 if reach < 0.02:
                     break  # (later tokens add less than 2% of a token each)
             # As in choose, time is worth no more than the best such a round offers: a lucky streak lifts
             # the realized rate above it, and every costly option then looks worse than plain steps.
-            rate = min(lam, offers) if cap else lam
+            rate = offers if cap and offers < lam else lam
             best = 0.0
-            for gain, extra in runs:
-                best = max(best, gain - rate * extra)
+            for gain, extra in zip(gains, extras):
+                net = gain - rate * extra
+                if net > best:
+                    best = net
             value += w / total * (best - rate * price)
         return value
 
@@ -643,7 +665,14 @@ class AdaptiveSchedule:
         total = sum(weights)
         if total <= 0.0:
             return model.confidence(bucket, position)
-        return sum(w * model.confidence(b, position) for b, w in enumerate(weights)) / total
+        # (Asked for every token drawn, right after a draft pass; the average moves only when a round
+        # teaches the model or the counts: model.confidences hands back the same list until then.)
+        levels, group = model.confidences(position), slot_group(position)
+        kept = self._guesses.get(group)
+        if kept is None or kept[0] is not levels or kept[1] != self._first_revision:
+            kept = self._guesses[group] = (levels, self._first_revision,
+                                           sum(w * c for w, c in zip(weights, levels)) / total)
+        return kept[2]
 
     def worth_drafting(self, drafted: int, reach: float, confidence: float) -> bool:
         """Can drafting up to ``lookahead`` more tokens, each accepted with ``confidence``, pay for
@@ -872,6 +901,7 @@ class AdaptiveSchedule:
         if not self.free_drafter:  # only a costly drafter's start decision reads these counts
             seen = self._first_seen[greedy]
             if buckets[0] < len(seen):
+                self._first_revision += 1
                 self._first_scale /= self.c.first_bucket_decay  # decay all counts at once
                 seen[buckets[0]] += self._first_scale
                 if self._first_scale > 1e6:  # renormalise before the numbers grow large
@@ -894,3 +924,34 @@ class AdaptiveSchedule:
             # been accepted (without it a sampled run with such a draft hardly drafted: tiny-wide
             # 1.10x plain where k = 4 reaches 1.43x).
             self.models[greedy].update_calibration(buckets[0], first_matched)
+
+    def observe_plain(self, rounds: Sequence[tuple[Sequence[int], float, float]], greedy: bool) -> None:
+        """PlainRunSchedule.observe_plain: ``observe`` and ``hindsight`` of a plain step for each round, in
+        one loop where a plain step follows a plain step and no proposal is followed in hindsight (told
+        round by round, a pause's rounds cost a tiny model's answer ~1%: 2 us each, right after a pass)."""
+        at = 0
+        while at < len(rounds) and (not self._verify.after_plain or self._followed is not None):
+            committed, draft_seconds, verify_seconds = rounds[at]  # (a switch to charge, or tokens to follow)
+            self.observe(NO_PROPOSAL, 0, 0, len(committed), greedy, draft_seconds, verify_seconds)
+            self.hindsight(NO_PROPOSAL, 0, 0, committed, greedy)
+            at += 1
+        rest = rounds[at:]
+        if not rest:
+            return
+        committed, drafting, verifying = zip(*rest)
+        rounds_seconds = list(map(add, drafting, verifying))
+        generated = sum(map(len, committed))
+        weight = self.c.rate_smoothing
+        tokens, seconds = self._rate_tokens, self._rate_seconds
+        for count, round_seconds in zip(map(len, committed), rounds_seconds):
+            tokens += weight * (count - tokens)
+            seconds += weight * (round_seconds - seconds)
+        self._rate_tokens, self._rate_seconds = tokens, seconds
+        self._verify.record_plain_steps(verifying, rounds_seconds)
+        self.guard.record_plain_steps(drafting, verifying)
+        self._greedy = greedy
+        self._rounds_since_plain = 0
+        self._context += generated
+        self._look_again = False
+        self._rounds_since_draft += len(rest)
+        self._untaken += generated

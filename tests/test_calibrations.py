@@ -243,6 +243,42 @@ def test_a_decoder_passes_what_it_learned_to_the_next(trace_target):
     assert second.generate(TRACE.prompt, N, ignore_eog=True).tokens == TRACE.output[:N]
 
 
+@pytest.mark.parametrize("finish", ["close", "resume"])
+def test_the_calibration_is_passed_on_once_the_last_tokens_are_out(trace_target, monkeypatch, finish):
+    """The store is written after the final event reaches the caller, whether the caller closes the stream
+    there (as the server and ``specdec run`` do) or reads on to its end: no token waits for the write, and
+    its time is not generation time. Fails if the write came before the final event, was skipped on close,
+    or counted in generation_seconds (the write here takes 1 s of the virtual clock)."""
+    decoder = _lookup_decoder(trace_target)
+    clock = decoder.clock
+    writes = []
+    remember = calibrations.remember
+
+    def slow_remember(key, learned, short=None):
+        clock.advance(1.0)
+        writes.append(key)
+        remember(key, learned, short)
+
+    monkeypatch.setattr(calibrations, "remember", slow_remember)
+    start = clock()
+    stream = decoder.stream(TRACE.prompt, N, ignore_eog=True)
+    last = None
+    for last in stream:
+        if last.stop_reason is not None:
+            break
+    assert last is not None and last.stop_reason == "length"
+    assert writes == []  # the final event is out before anything is written
+    out_at, generation = clock() - start, last.stats.generation_seconds
+    if finish == "close":
+        stream.close()
+    else:
+        assert next(stream, None) is None
+    assert writes == [KEY]
+    assert calibrations.recall(KEY) == {True: pytest.approx(decoder.schedule.models[True].own_fit())}
+    assert clock() - start == pytest.approx(out_at + 1.0)  # (the write's second came after the last tokens)
+    assert last.stats.generation_seconds == generation <= out_at
+
+
 def test_without_the_cache_nothing_is_read_or_written(trace_target):
     _lookup_decoder(trace_target, profile_cache=False).generate(TRACE.prompt, N, ignore_eog=True)
     assert not calibrations.store_dir().exists() or not any(calibrations.store_dir().iterdir())

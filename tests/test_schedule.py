@@ -11,6 +11,7 @@ import functools
 import itertools
 import json
 import time
+from collections import deque
 
 import numpy as np
 import pytest
@@ -764,6 +765,66 @@ def test_sampled_declined_proposals_report_their_chance_and_change_no_token(tiny
     assert out == plain
     assert schedule.chances and all(isinstance(c, float) and 0.0 <= c <= 1.0 for c in schedule.chances)
     assert len(set(schedule.chances)) > 1 and max(schedule.chances) > 0.0
+
+
+def _state(obj, seen=None):
+    """Everything an object holds, recursively (deques as lists), to compare two schedules' states."""
+    seen = set() if seen is None else seen
+    if isinstance(obj, (list, tuple, deque)):
+        return [_state(x, seen) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _state(v, seen) for k, v in obj.items()}
+    if isinstance(obj, (ScheduleConstants, CostProfile)):
+        return type(obj).__name__  # (given alike; a profile's time of measuring differs)
+    if hasattr(obj, "__dict__") and not isinstance(obj, type):
+        if id(obj) in seen:
+            return "<seen>"
+        seen.add(id(obj))
+        return {k: _state(v, seen) for k, v in vars(obj).items()}
+    return obj
+
+
+@pytest.mark.parametrize("before, greedy", [
+    ("plain", True),  # all of it in one loop
+    ("verify", True),  # the first pays the switch: told the general way
+    ("followed", True),  # a declined look followed in hindsight through the pause's first tokens
+    ("plain", False),
+])
+@pytest.mark.parametrize("rounds", [5, 30, 70])  # (the guard keeps 16 plain steps, the cost fit 48 rounds)
+def test_a_pause_told_at_once_leaves_the_schedule_as_told_round_by_round(before, greedy, rounds):
+    """observe_plain learns from a pause's rounds exactly what observe and hindsight round by round do: the
+    same rate, cost window and refresh counters (due mid-pause at 30 and 70 rounds), guard state and
+    followed proposal. Fails if any round, its time or its tokens were left out or told differently
+    (checked: leaving out the last round changes the state)."""
+    rng = np.random.default_rng(len(before) + rounds)
+    schedules = [_lookup_schedule(), _lookup_schedule()]
+    look = DraftProposal(tokens=tuple(range(100, 110)), buckets=(0,) * 10)
+    copy = DraftProposal(tokens=tuple(range(200, 204)), buckets=(0,) * 4)
+    for schedule in schedules:
+        for _ in range(12):
+            schedule.observe(NO_PROPOSAL, 0, 0, 1, greedy, 2e-6, 1e-3)
+            schedule.hindsight(NO_PROPOSAL, 0, 0, [1], greedy)
+        if before == "verify":
+            schedule.observe(copy, 4, 4, 5, greedy, 1e-5, 3e-3)
+            schedule.hindsight(copy, 4, 4, list(copy.tokens) + [7], greedy)
+        elif before == "followed":
+            schedule.observe(look, 0, 0, 1, greedy, 1e-5, 1e-3, first_matched=True)
+            schedule.hindsight(look, 0, 0, [100], greedy)
+    if before == "followed":
+        assert schedules[0]._followed is not None
+    pause = [([100 + i + 1] if before == "followed" and i < 4 else [1], float(d), float(v))
+             for i, (d, v) in enumerate(zip(rng.uniform(0, 1e-5, rounds), rng.uniform(8e-4, 1.2e-3, rounds)))]
+    schedules[0].observe_plain(pause, greedy)
+    for committed, draft_seconds, verify_seconds in pause:
+        schedules[1].observe(NO_PROPOSAL, 0, 0, len(committed), greedy, draft_seconds, verify_seconds)
+        schedules[1].hindsight(NO_PROPOSAL, 0, 0, committed, greedy)
+    assert _state(schedules[0]) == _state(schedules[1])
+    assert schedules[0].next_k(1000) == schedules[1].next_k(1000)
+    short = _lookup_schedule()
+    for _ in range(12):
+        short.observe(NO_PROPOSAL, 0, 0, 1, greedy, 2e-6, 1e-3)
+    short.observe_plain(pause[:-1], greedy)
+    assert _state(short) != _state(schedules[1])
 
 
 @pytest.mark.parametrize("n", [40, 37])
