@@ -6,8 +6,9 @@ Usage:
   python benchmarks/judge.py tuning --dir DIR [--variant NAME:field=value,...] [-n 64,256]
   python benchmarks/judge.py heldout --dir DIR [--variant NAME:field=value,...] [-n 64,256]
 
-``record`` writes into DIR what the suites replay (timing-free; 8 minutes on 2 cores): the answers and
-teacher-forced drafts of benchmarks/matrix.py's tiny-big-q8 and tiny-wide pairs, and the answers of Gemma 3
+``record`` writes into DIR what the suites replay (timing-free; ~10 minutes on 2 cores): the answers and
+teacher-forced drafts of benchmarks/matrix.py's tiny-big-q8, tiny-wide and tiny-deep24-q4k (the issue's 24-layer
+pair where drafting seldom pays) pairs, and the answers of Gemma 3
 270M Q4_K_M (G, the ``demo`` extra's file) and of that model requantized to Q8_0 and F16 to the built-in
 prompt sets (benchmarks/record_traces.py, 256 tokens each). Files already there are kept. At ``-t 2`` on the
 development host it wrote byte for byte the recordings docs/performance.md's sections replayed (another thread
@@ -41,6 +42,9 @@ import policy_suite  # noqa: E402
 MEASURED_CURVES = {
     "tiny-big-q8, 2 threads": "tb-2=7.066:2.072,2.280,3.146,4.485,7.304,12.755,24.094:0.049",
     "tiny-wide, 2 threads": "tw-2=4.133:1.341,1.432,1.593,2.109,2.981,4.831,8.953:0.000",
+    # (The 24-layer Q4_K_M pair, measured on the Intel Xeon model 207 host: its draft's one-token pass
+    # 0.692 ms, 0.049 of the target's.)
+    "tiny-deep24-q4k, 2 threads": "d24-2=13.997:1.531,1.887,2.655,3.186,4.780,7.019,9.177:0.044",
     "Q4_K_M, 1 thread": "gemma-epyc2-1t=16.854:2.569,2.845,5.057,6.585,9.237,15.032,26.567:0.000",
     "Q4_K_M, 2 threads": "gemma-epyc2-2t=14.142:1.783,2.095,3.784,4.818,6.913,10.287,18.000:0.096",
     "Q4_K_M exact kernels, 1 thread": "gemma-exact-1t=17.02:2.075,2.807,4.39,7.147,13.145,24.79,47.76:0.0",
@@ -57,7 +61,8 @@ _Q8 = (_C["Q8_0, 1 thread"], _C["Q8_0, 2 threads"])
 # Per suite, (recording, draft cost ratio or "lookup", curve): policy_suite.py's --recorded entries.
 SUITES: dict[str, list[tuple[str, str, str]]] = {
     "tuning": [("tiny-big-q8.jsonl", "0.12", _C["tiny-big-q8, 2 threads"]),
-               ("tiny-wide.jsonl", "0.0745", _C["tiny-wide, 2 threads"])]
+               ("tiny-wide.jsonl", "0.0745", _C["tiny-wide, 2 threads"]),
+               ("tiny-deep24-q4k.jsonl", "0.049", _C["tiny-deep24-q4k, 2 threads"])]
               + [("gemma.jsonl", "lookup", c) for c in _GEMMA] + [("gemma_long.jsonl", "lookup", c) for c in _GEMMA]
               + [("gemma.jsonl", "lookup", _C["Q4_K_M exact kernels, 1 thread"])]
               + [("gemma_f16.jsonl", "lookup", c) for c in _F16] + [("gemma_q8.jsonl", "lookup", c) for c in _Q8],
@@ -71,6 +76,8 @@ SUITES: dict[str, list[tuple[str, str, str]]] = {
 RECORDINGS: dict[str, tuple[str, bool, list[tuple[str, str]]]] = {
     "tiny-big-q8.jsonl": ("tiny-big-q8", True, [("default", "tiny-big-q8-default"), ("short", "tiny-big-q8-short")]),
     "tiny-wide.jsonl": ("tiny-wide", True, [("default", "tiny-wide-default"), ("short", "tiny-wide-short")]),
+    "tiny-deep24-q4k.jsonl": ("tiny-deep24-q4k", True, [("default", "tiny-deep24-q4k-default"),
+                                                        ("short", "tiny-deep24-q4k-short")]),
     "gemma.jsonl": ("gemma", False, [("default", "gemma-default"), ("short", "gemma-short")]),
     "gemma_long.jsonl": ("gemma", False, [("long", "gemma-long")]),
     "gemma_f16.jsonl": ("f16", False, [(s, f"gemma-F16-{s}") for s in ("default", "short", "long")]),
