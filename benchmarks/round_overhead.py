@@ -11,7 +11,10 @@ default set (nothing there to copy, so every round is a plain step whatever the 
   round without the search itself);
 - deferred: every round is claimed as a pause (``plain_rounds``) and told in one batch at the end;
 - deferred-1: every round is a one-round pause, told at the start of the next.
-Prints, per arm and prompt, the time over plain per round. Run it on an otherwise idle machine.
+Prints, per arm and prompt, the time over plain per round. ``--by-round``: instead, plain and adaptive only,
+each round's time (median over the repeats) over plain's same round, summed by what the adaptive round did —
+consulted the drafter, ran in a pause, told a pause before consulting again, or ended the generation — which is
+where a tiny model's overhead sits (docs/performance.md, thirty-first). Run it on an otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -55,13 +58,74 @@ def _decoder(target: LlamaCppEngine, arm: str) -> SpeculativeDecoder:
     return decoder
 
 
-def arguments(doc: str, threads: int) -> argparse.Namespace:
-    """The flags both round benchmarks take: --threads, -n, --repeats."""
+def arguments(doc: str, threads: int, by_round: bool = False) -> argparse.Namespace:
+    """The flags both round benchmarks take: --threads, -n, --repeats (and this one's --by-round)."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--threads", type=int, default=threads)
     parser.add_argument("-n", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=30)
+    if by_round:
+        parser.add_argument("--by-round", action="store_true", help="where the adaptive arm's time goes, round by round")
     return parser.parse_args()
+
+
+def _rounds_timed(decoder: SpeculativeDecoder, tokens: list[int], n: int) -> tuple[list[float], list[str]]:
+    """Run ``decoder`` on ``tokens``: each round's seconds (the decoder's own clock readings: 4 a round after
+    the prefill's 2), and what each round did (``KINDS``; none without a drafter)."""
+    stamps: list[float] = []
+    kinds: list[str] = []
+    clock = decoder.clock
+
+    def timed() -> float:
+        stamps.append(clock())
+        if len(stamps) > 2 and (len(stamps) - 2) % 4 == 1:
+            kinds.append("pause")  # (until the round shows otherwise)
+        return stamps[-1]
+
+    def marking(kind: str, call):
+        def marked(*args, **kwargs):
+            if kinds and kinds[-1] != "told":
+                kinds[-1] = kind
+            return call(*args, **kwargs)
+        return marked
+
+    decoder.clock = timed
+    if decoder.drafter is not None:
+        decoder.schedule.next_k = marking("consulted", decoder.schedule.next_k)  # type: ignore[method-assign]
+        decoder._tell = marking("told", decoder._tell)  # type: ignore[method-assign]
+    decoder.generate(tokens, n, ignore_eog=True)
+    rounds = [stamps[i + 3] - stamps[i] for i in range(2, len(stamps) - 3, 4)]
+    if decoder.drafter is None:
+        return rounds, []
+    kinds[-1] = "last"
+    return rounds, kinds
+
+
+KINDS = ("consulted", "pause", "told", "last")
+
+
+def by_round(target: LlamaCppEngine, tokenized: list[tuple[str, list[int]]], n: int, repeats: int) -> None:
+    """Print, per prompt, the adaptive arm's excess over plain by what its rounds did (see the module docs)."""
+    for pid, tokens in tokenized:
+        times: dict[str, list[list[float]]] = {"plain": [], "adaptive": []}
+        seen: list[list[str]] = []
+        for rep in range(repeats):
+            for arm in ("plain", "adaptive") if rep % 2 == 0 else ("adaptive", "plain"):
+                rounds, kinds = _rounds_timed(_decoder(target, arm), tokens, n)
+                times[arm].append(rounds)
+                if arm == "adaptive":
+                    seen.append(kinds)
+        plain = [statistics.median(r[i] for r in times["plain"]) for i in range(n)]
+        adaptive = [statistics.median(r[i] for r in times["adaptive"]) for i in range(n)]
+        # (The kind a round most often had: a tiny model's pattern hardly varies between repeats.)
+        kind = [max(KINDS, key=[k[i] for k in seen].count) for i in range(n)]
+        cells = []
+        for k in KINDS:
+            excess = [(a - p) * 1e6 for a, p, kk in zip(adaptive, plain, kind) if kk == k]
+            if excess:
+                cells.append(f"{k} {len(excess)} rounds {sum(excess):+.0f} us ({sum(excess) / len(excess):+.1f} each)")
+        total = (sum(adaptive) - sum(plain)) * 1e6
+        print(f"{pid}: {total:+.0f} us an answer over plain ({sum(plain) * 1e3:.2f} ms): " + "; ".join(cells))
 
 
 @contextmanager
@@ -78,11 +142,14 @@ def tiny_target(threads: int) -> Iterator[tuple[LlamaCppEngine, list[tuple[str, 
 
 
 def main() -> None:
-    args = arguments(__doc__, threads=1)
+    args = arguments(__doc__, threads=1, by_round=True)
     seconds: dict[tuple[str, str], list[float]] = defaultdict(list)
     with tiny_target(args.threads) as (target, tokenized):
         for arm in ARMS:  # warm up (and cache the cost profile)
             _decoder(target, arm).generate(tokenized[0][1], 16, ignore_eog=True)
+        if args.by_round:
+            by_round(target, tokenized, args.n, args.repeats)
+            return
         for rep in range(args.repeats):
             for pid, tokens in tokenized:
                 for arm in ARMS if rep % 2 == 0 else ARMS[::-1]:

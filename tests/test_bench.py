@@ -748,3 +748,24 @@ def test_sampled_acceptance_reads_each_positions_chance_from_the_two_rows(tiny_f
     decided = np.array([(b, 0, -1, 1.0, b / 10) for b in range(5)] * 3)
     assert script.explained_by_buckets(decided, 0) == pytest.approx(1.0)
     assert script.explained_by_buckets(decided, 1) == pytest.approx(0.0)
+
+
+def test_round_overhead_by_round_times_every_round_and_names_what_it_did(tiny_engines):
+    """benchmarks/round_overhead.py --by-round: one time per round and, per adaptive round, what it did, the first
+    consulting the drafter and the last ending the generation; plain's rounds are named nothing. Fails if rounds
+    were split or merged (the decoder's clock readings per round changed) or a round that consulted were taken
+    for a pause."""
+    round_overhead = _benchmark("round_overhead")
+    target, _ = tiny_engines
+    tokens = target.tokenize("one two three four five six seven eight nine ten")
+    for arm in ("plain", "adaptive"):
+        decoder = round_overhead._decoder(target, arm)
+        target.reset(0)
+        rounds, kinds = round_overhead._rounds_timed(decoder, tokens, 24)
+        assert len(rounds) == 24 if arm == "plain" else 1 <= len(rounds) <= 24  # (a round commits 1 token or more)
+        assert all(seconds > 0 for seconds in rounds)
+        if arm == "plain":
+            assert kinds == []
+        else:
+            assert len(kinds) == len(rounds) and kinds[0] == "consulted" and kinds[-1] == "last"
+            assert set(kinds) <= set(round_overhead.KINDS)
