@@ -137,7 +137,7 @@ class AcceptanceModel:
     def confidence(self, bucket: int, position: int = 0) -> float:
         """Posterior mean acceptance of a token in ``bucket`` at ``position`` in its proposal (0: the
         first), given the tokens before it were accepted."""
-        slot = bucket + self._n * _DEPTH[min(position, 4)]
+        slot = bucket + self._n * _DEPTH[min(position, 4)]  # (slot_group inline: read per drafted token)
         mean = self._mean[slot]
         if mean is None:  # (computed when first read after a refit: most slots are never read)
             mean = self._mean[slot] = (self._hits[slot] + self.strength * self._pooled_at(slot)) / (
@@ -168,7 +168,7 @@ class AcceptanceModel:
         hits, total, n = self._hits, self._total, self._n
         for i, (b, outcome) in enumerate(zip(buckets, outcomes)):
             self.observations[b] += 1
-            b += n * _DEPTH[min(i, 4)]
+            b += n * slot_group(i)
             self._count(hits, total, b, outcome)
             self._mean[b] = None  # (recomputed when next read: see confidence)
         self.revision += 1
@@ -180,7 +180,7 @@ class AcceptanceModel:
         ``weight`` of an outcome (those tokens also teach the slots of the proposals that drafted them
         again), in the pooled calibration only, not in the buckets' own counts; together one update."""
         for bucket, hit, position in outcomes:
-            self._count(self._unverified_hits, self._unverified_total, bucket + self._n * _DEPTH[min(position, 4)],
+            self._count(self._unverified_hits, self._unverified_total, bucket + self._n * slot_group(position),
                         hit, weight)
         self._counted()
 
