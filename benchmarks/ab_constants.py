@@ -111,10 +111,28 @@ def own_stores(strategies: list[Strategy], root: Path, start_from: Path | None) 
     benchmark_module.make_decoder = make_decoder
 
 
-def print_ratios(arm: str, geomean: float, ratios: dict[str, float]) -> None:
-    """One arm's line: its geomean over plain, its worst prompt, and every prompt's ratio."""
-    print(f"  {arm:<12} {geomean:.3f}  (worst {min(ratios.values()):.3f}) "
+def print_ratios(arm: str, geomean: float, ratios: dict[str, float],
+                 spread: tuple[float, float] | None = None) -> None:
+    """One arm's line: its geomean over plain, its worst prompt, every prompt's ratio, and (paired) the
+    lowest and highest one repeat's geomean reached."""
+    by_repeat = f", repeats {spread[0]:.3f}-{spread[1]:.3f}" if spread else ""
+    print(f"  {arm:<12} {geomean:.3f}  (worst {min(ratios.values()):.3f}{by_repeat}) "
           + " ".join(f"{pid}={r:.3f}" for pid, r in ratios.items()))
+
+
+def arms(kind: str, fixed: list[int], variants: dict[str, ScheduleConstants], bounds: list[int],
+         plain_null: bool = False) -> list[Strategy]:
+    """The strategies a run interleaves: plain, the fixed k (named as the matrix names them), ``plain again``
+    with ``plain_null`` (a second plain arm: its ratio to the first is the host's noise), each variant of the
+    adaptive schedule, and the shipped one bounded at each of ``bounds``."""
+    strategies = matrix_strategies(kind, fixed)[:-1]  # (the first plain arm is the one every ratio is over)
+    if plain_null:
+        strategies.append(Strategy("plain again", DrafterSettings(kind="none")))
+    strategies += [Strategy(name, DrafterSettings(kind=kind), constants=constants)  # type: ignore[arg-type]
+                   for name, constants in variants.items()]
+    strategies += [Strategy(f"bound {k}", DrafterSettings(kind=kind, num_draft_tokens=k))  # type: ignore[arg-type]
+                   for k in bounds]
+    return strategies
 
 
 def main() -> None:
@@ -137,17 +155,16 @@ def main() -> None:
     parser.add_argument("--temp", type=float, default=0.0,
                         help="sampling temperature (0: greedy); repeat r samples with seed --seed + r")
     parser.add_argument("--seed", type=int, default=0, help="with --temp: the sampling seed of the first repeat")
+    parser.add_argument("--plain-null", action="store_true",
+                        help="also a second plain arm ('plain again'): how far plain decoding scatters from "
+                             "itself on this host, the floor under every other arm's ratio")
     parser.add_argument("--detail", action="store_true",
                         help="also print, per arm, where an answer's time goes (passes, declined ones, drafting, "
                              "outside llama.cpp) and its passes by how many drafted tokens each verified")
     args = parser.parse_args()
     variants = dict([("shipped", ScheduleConstants())] + [parse_variant(v) for v in args.variant])
-    fixed = [int(k) for k in args.k.split(",") if k]
-    strategies = matrix_strategies(args.kind, fixed)[:-1]  # plain and the fixed k, named as the matrix names them
-    strategies += [Strategy(name, DrafterSettings(kind=args.kind), constants=constants)
-                   for name, constants in variants.items()]
-    strategies += [Strategy(f"bound {k}", DrafterSettings(kind=args.kind, num_draft_tokens=k))
-                   for k in [int(k) for k in args.adaptive_k.split(",") if k]]
+    strategies = arms(args.kind, [int(k) for k in args.k.split(",") if k], variants,
+                      [int(k) for k in args.adaptive_k.split(",") if k], args.plain_null)
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["SPECDEC_CACHE_DIR"] = str(Path(tmp) / "cache")  # (read when a decoder is made)
         if args.cache_from is not None:
@@ -180,7 +197,7 @@ def main() -> None:
         print_ratios(report.name, report.speedup, report.per_prompt_speedup)
     print("arm / plain, paired (per prompt the median over repeats of each trial over the same repeat's plain one)")
     for report in reports[1:]:
-        print_ratios(report.name, report.paired_speedup or 0.0, report.per_prompt_paired)
+        print_ratios(report.name, report.paired_speedup or 0.0, report.per_prompt_paired, report.paired_spread)
     if args.detail:
         # Where an answer's time goes, over all prompts: its length at the median throughput, target
         # passes per answer (rounds, the mean of the counts) and how many of them declined their proposal

@@ -44,15 +44,20 @@ def _x(value: float | None) -> str:
     return f"{value:.2f}x" if value else "-"
 
 
+def _spread(spread: tuple[float, float] | None) -> str:
+    return f"{spread[0]:.2f}-{spread[1]:.2f}x" if spread else "-"
+
+
 def render_reports(reports: list[StrategyReport], cold: bool, sampling: SamplingParams = SamplingParams()) -> Table:
     table = Table(title=f"specdec bench ({describe_sampling(sampling)}, "
                         f"{'cold: a fresh decoder per trial' if cold else 'warm decoders'})", header_style="bold")
-    for col in ("strategy", "median tok/s", "vs plain", "paired", "acceptance", "tokens/pass", "declined", "vs best fixed k",
+    for col in ("strategy", "median tok/s", "vs plain", "paired", "paired by repeat", "acceptance", "tokens/pass", "declined", "vs best fixed k",
                 "same as plain", "python share"):
         table.add_column(col, justify="left" if col == "strategy" else "right", no_wrap=True)
     for r in reports:
         ours = not r.peer
         table.add_row(r.name, f"{r.median_throughput:.1f}", _x(r.speedup), _x(r.paired_speedup) if ours else "-",
+                      _spread(r.paired_spread) if ours and r.name != "plain" else "-",
                       f"{r.acceptance_rate:.1%}" if ours and r.name != "plain" else "-",
                       f"{r.tokens_per_target_pass:.2f}" if ours else "-",
                       f"{r.declined:.1f}" if ours and r.name != "plain" else "-", _x(r.vs_best_fixed_geomean),

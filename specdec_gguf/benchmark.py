@@ -68,6 +68,9 @@ class StrategyReport:
     # and repeat (seconds apart: a host whose speed drifts over minutes moves both alike), and their geomean.
     per_prompt_paired: dict[str, float] = field(default_factory=dict)
     paired_speedup: float | None = None
+    # The lowest and highest over repeats of one repeat's paired ratios' geomean over prompts: how far the
+    # figure moves between repeats on this host (a second plain arm's spread is the noise alone).
+    paired_spread: tuple[float, float] | None = None
     # adaptive only: median throughput / the best fixed k of the same drafter, per prompt and geomean
     vs_best_fixed: dict[str, float] = field(default_factory=dict)
     vs_best_fixed_geomean: float | None = None
@@ -196,6 +199,17 @@ def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy], *, greedy
                   if plain_trial.get((pid, t.repeat))]
         return statistics.median(ratios) if ratios else 0.0
 
+    def spread(name: str) -> tuple[float, float] | None:
+        """(lowest, highest) per-repeat geomean over prompts of trial / plain trial, over the repeats where
+        every prompt has both (None: no such repeat)."""
+        by_repeat: dict[int, dict[str, float]] = {}
+        for t in trials:
+            base = plain_trial.get((t.prompt_id, t.repeat))
+            if t.strategy == name and base:
+                by_repeat.setdefault(t.repeat, {})[t.prompt_id] = t.throughput / base
+        values = [geomean(list(r.values())) for r in by_repeat.values() if len(r) == len(prompt_ids)]
+        return (min(values), max(values)) if values else None
+
     def same(name: str, pid: str) -> bool:
         """Whether every trial of ``name`` on ``pid`` wrote plain decoding's answer (one that drifted counts)."""
         return all(t.tokens == plain_tokens[pid] for t in by_case.get((name, pid), ()))
@@ -230,6 +244,7 @@ def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy], *, greedy
             tokens_per_target_pass=statistics.mean(t.tokens_per_target_pass for t in mine),
             per_prompt_speedup=per_prompt, vs_best_fixed=vs_best, per_prompt_paired=per_paired,
             paired_speedup=geomean(list(per_paired.values())) if per_paired else None,
+            paired_spread=spread(s.name) if plain and not s.peer else None,  # (peers run after ours: no pairs)
             vs_best_fixed_geomean=geomean(list(vs_best.values())) if vs_best else None,
             python_share=statistics.median(shares) if shares else None,
             declined=statistics.median(t.declined for t in mine),

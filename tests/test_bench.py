@@ -81,6 +81,23 @@ def test_paired_ratios_divide_each_trial_by_the_plain_trial_of_its_repeat():
     assert reports["plain"].paired_speedup == pytest.approx(1.0)
 
 
+def test_paired_by_repeat_spans_the_lowest_and_highest_repeat_of_the_paired_geomean():
+    """docs/metrics.md 'paired by repeat': per repeat, the geomean over prompts of trial / plain trial of that
+    repeat; the lowest and highest over the repeats where every prompt has a pair. Here repeat 0 reads
+    sqrt(2 * 0.5) = 1, repeat 1 sqrt(1 * 1.5), repeat 2 sqrt(1.2 * 1.2); repeat 3 lacks prompt b and does not
+    count. Fails for a range over single trials (0.5-2.0), over per-prompt medians, or one that counts a
+    repeat missing a prompt (0.9)."""
+    same = {"a": (1,), "b": (2,)}
+    plain = {"a": [100, 100, 100, 100], "b": [100, 100, 100]}
+    arm = {"a": [200, 100, 120, 90], "b": [50, 150, 120]}
+    trials = trials_for("plain", plain, same) + trials_for("lookup k=2", arm, same) \
+        + trials_for(PEER.name, {"a": [100] * 4, "b": [100] * 3}, {"a": (), "b": ()})
+    reports = {r.name: r for r in summarize(trials, [PLAIN, LOOKUP_K2, PEER])}
+    assert reports["lookup k=2"].paired_spread == pytest.approx((1.0, math.sqrt(1.5)))
+    assert reports["plain"].paired_spread == pytest.approx((1.0, 1.0))
+    assert reports[PEER.name].paired_spread is None  # (its trials are not paired with plain's)
+
+
 def test_adaptive_is_compared_with_the_best_fixed_k_of_each_prompt():
     """docs/usage.md: adaptive's ratio to the best fixed k *of each prompt* (k=2 on a, k=4 on b),
     and its geometric mean. Fails for one best k over all prompts (1.5 and 1.25 would become
@@ -537,6 +554,24 @@ def test_ab_constants_gives_each_arm_a_calibration_store_of_its_own(tiny_engines
         assert (calibrations_module.store_dir() / "pair.json").read_text() == "{}"
     benchmark_module.make_decoder(target, DrafterSettings(kind="none"))  # (the warm-up's plain decoder)
     assert calibrations_module.store_dir() not in {tmp_path / "stores" / arm.name for arm in arms}
+
+
+def test_ab_constants_plain_null_is_a_second_plain_arm_read_over_the_first():
+    """benchmarks/ab_constants.py --plain-null: a second plain arm ("plain again") beside the first, which every
+    ratio stays over; its paired spread is the host's noise. Fails if the flag added nothing, or if the new arm
+    came first (then it would be the one every ratio is over)."""
+    from specdec_gguf.schedule import ScheduleConstants
+
+    ab = _benchmark("ab_constants")
+    variants = {"shipped": ScheduleConstants()}
+    without = ab.arms("draft-model", [4], variants, [])
+    with_null = ab.arms("draft-model", [4], variants, [], plain_null=True)
+    assert [s.name for s in with_null] == [without[0].name, without[1].name, "plain again", "shipped"]
+    assert with_null[0].is_plain and with_null[2].is_plain and not with_null[1].is_plain
+    same = {"a": (1,)}
+    trials = trials_for("plain", {"a": [100, 100]}, same) + trials_for("plain again", {"a": [95, 105]}, same)
+    report = {r.name: r for r in summarize(trials, with_null)}["plain again"]
+    assert report.paired_spread == pytest.approx((0.95, 1.05))
 
 
 def test_the_matrix_runs_its_targets_and_llama_cpp_peers_in_exact_mode_when_asked(monkeypatch):
