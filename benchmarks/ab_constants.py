@@ -198,6 +198,12 @@ def main() -> None:
     print("arm / plain, paired (per prompt the median over repeats of each trial over the same repeat's plain one)")
     for report in reports[1:]:
         print_ratios(report.name, report.paired_speedup or 0.0, report.per_prompt_paired, report.paired_spread)
+    print("arm / plain, in their own plain steps (per prompt the median over repeats of the plain trial's time in "
+          "its plain steps over each trial's: drift of the host's speed between trials cancels; slower target "
+          "steps of the arm's own do not show)")
+    for report in reports[1:]:
+        if report.paired_in_steps is not None:
+            print_ratios(report.name, report.paired_in_steps, report.per_prompt_in_steps)
     if args.detail:
         # Where an answer's time goes, over all prompts: its length at the median throughput, target
         # passes per answer (rounds, the mean of the counts) and how many of them declined their proposal

@@ -54,6 +54,13 @@ class Trial:
     declined: int = 0  # rounds whose proposal was verified not at all (SpecStats.declined)
     draft_share: float = 0.0  # share of generation time spent drafting (SpecStats.draft_seconds)
     passes_by_verified: tuple[int, ...] = ()  # SpecStats.passes_by_verified
+    # The answer's time in its own plain steps (generation_seconds / SpecStats.plain_step): what the host's
+    # speed at that moment does not move (None: fewer than MIN_PLAIN_STEPS plain steps to price one by).
+    in_plain_steps: float | None = None
+
+
+# Plain steps a trial needs for its time to be counted in them (see Trial.in_plain_steps).
+MIN_PLAIN_STEPS = 8
 
 
 @dataclass
@@ -71,6 +78,12 @@ class StrategyReport:
     # The lowest and highest over repeats of one repeat's paired ratios' geomean over prompts: how far the
     # figure moves between repeats on this host (a second plain arm's spread is the noise alone).
     paired_spread: tuple[float, float] | None = None
+    # Per prompt, the median over repeats of the plain trial's time in its own plain steps over this trial's
+    # (Trial.in_plain_steps), and their geomean: a ratio that drift of the host's speed between two trials
+    # does not move, but that misses anything making the target's own steps slower (a draft model evicting
+    # its weights from the caches). Where the strategy drafts little, it shows what drafting cost.
+    per_prompt_in_steps: dict[str, float] = field(default_factory=dict)
+    paired_in_steps: float | None = None
     # adaptive only: median throughput / the best fixed k of the same drafter, per prompt and geomean
     vs_best_fixed: dict[str, float] = field(default_factory=dict)
     vs_best_fixed_geomean: float | None = None
@@ -146,11 +159,13 @@ def run_trials(target: TextModel, draft: TextModel | None, strategies: Sequence[
                 decoded = sum(e.decode_seconds for e in engines) - decode_before
                 in_llama = decoded - st.prefill_seconds
                 share = 1.0 - in_llama / st.generation_seconds if st.generation_seconds and decoded else None
+                passes = st.passes_by_verified
+                step = st.plain_step if passes[0] >= MIN_PLAIN_STEPS else None
                 trial = Trial(s.name, prompt_id, rep, st.generation_throughput, st.acceptance_rate,
                               st.tokens_per_target_pass, st.draft_seconds / st.drafted if st.drafted else 0.0,
                               tuple(r.tokens), share, st.declined,
                               st.draft_seconds / st.generation_seconds if st.generation_seconds else 0.0,
-                              tuple(st.passes_by_verified))
+                              tuple(passes), st.generation_seconds / step if step else None)
                 trials.append(trial)
                 if on_trial:
                     on_trial(trial)
@@ -199,6 +214,13 @@ def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy], *, greedy
                   if plain_trial.get((pid, t.repeat))]
         return statistics.median(ratios) if ratios else 0.0
 
+    plain_in_steps = {(t.prompt_id, t.repeat): t.in_plain_steps for t in trials if t.strategy == plain}
+
+    def in_steps(name: str, pid: str) -> float | None:
+        ratios = [base / t.in_plain_steps for t in by_case.get((name, pid), ())
+                  if t.in_plain_steps and (base := plain_in_steps.get((pid, t.repeat)))]
+        return statistics.median(ratios) if ratios else None
+
     def spread(name: str) -> tuple[float, float] | None:
         """(lowest, highest) per-repeat geomean over prompts of trial / plain trial, over the repeats where
         every prompt has both (None: no such repeat)."""
@@ -232,6 +254,8 @@ def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy], *, greedy
         per_prompt = {pid: (med(s.name, pid) / med(plain, pid) if plain and med(plain, pid) else 0.0)
                       for pid in prompt_ids}
         per_paired = {pid: paired(s.name, pid) for pid in prompt_ids} if plain else {}
+        per_in_steps = {pid: r for pid in prompt_ids if (r := in_steps(s.name, pid)) is not None} \
+            if plain and not s.peer else {}
         vs_best = {}
         if not s.peer and s.drafter.adaptive and s.drafter.kind != "none":
             vs_best = {pid: med(s.name, pid) / best_fixed[(s.drafter.kind, pid)] for pid in prompt_ids
@@ -245,6 +269,8 @@ def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy], *, greedy
             per_prompt_speedup=per_prompt, vs_best_fixed=vs_best, per_prompt_paired=per_paired,
             paired_speedup=geomean(list(per_paired.values())) if per_paired else None,
             paired_spread=spread(s.name) if plain and not s.peer else None,  # (peers run after ours: no pairs)
+            per_prompt_in_steps=per_in_steps,
+            paired_in_steps=geomean(list(per_in_steps.values())) if len(per_in_steps) == len(prompt_ids) else None,
             vs_best_fixed_geomean=geomean(list(vs_best.values())) if vs_best else None,
             python_share=statistics.median(shares) if shares else None,
             declined=statistics.median(t.declined for t in mine),

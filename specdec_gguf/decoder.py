@@ -245,6 +245,8 @@ class SpeculativeDecoder:
                 t_end = clock()
                 stats.record_round(len(proposal.tokens), n_acc, len(new), declined=declined)
                 stats.verify_seconds += t_end - t_verify
+                if not proposal.tokens:
+                    stats.plain_step_seconds += t_end - t_verify
                 if deferred:
                     untold.append((new, t_verify - t_round, t_end - t_verify))
                 else:

@@ -30,6 +30,7 @@ class SpecStats:
     prefill_seconds: float = 0.0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
+    plain_step_seconds: float = 0.0  # the part of verify_seconds spent in rounds that verified no drafted token
     generation_seconds: float = 0.0
 
     def record_round(self, drafted: int, accepted: int, generated: int, declined: bool = False) -> None:
@@ -63,6 +64,13 @@ class SpecStats:
         counts = [self.target_passes - (drafted[0] if drafted else 0)]
         counts += [n - (drafted[j + 1] if j + 1 < len(drafted) else 0) for j, n in enumerate(drafted)]
         return counts
+
+    @property
+    def plain_step(self) -> float | None:
+        """Mean seconds of this generation's plain steps (rounds that verified no drafted token); None
+        without any."""
+        steps = self.target_passes - (self.per_position_drafted[0] if self.per_position_drafted else 0)
+        return self.plain_step_seconds / steps if steps and self.plain_step_seconds > 0 else None
 
     @property
     def tokens_per_target_pass(self) -> float:
@@ -105,6 +113,8 @@ class SpecStats:
             "prefill_seconds": self.prefill_seconds,
             "draft_seconds": self.draft_seconds,
             "verify_seconds": self.verify_seconds,
+            "plain_step_seconds": self.plain_step_seconds,
+            "plain_step": self.plain_step,
             "generation_seconds": self.generation_seconds,
             "generation_throughput": self.generation_throughput,
         }

@@ -98,6 +98,26 @@ def test_paired_by_repeat_spans_the_lowest_and_highest_repeat_of_the_paired_geom
     assert reports[PEER.name].paired_spread is None  # (its trials are not paired with plain's)
 
 
+def test_paired_in_steps_compares_each_answers_time_in_its_own_plain_steps():
+    """docs/metrics.md 'paired in steps': per prompt the median over repeats of the plain trial's time in its own
+    plain steps over this trial's (Trial.in_plain_steps), geomean over prompts. Throughputs that drift with the
+    host do not move it; a trial with too few plain steps to price one by (None) is left out, and a prompt with
+    none leaves the geomean undefined. Fails if throughput entered it, or a None counted."""
+    same = {"a": (1,), "b": (2,)}
+    plain = [dataclasses.replace(t, in_plain_steps=64.0)
+             for t in trials_for("plain", {"a": [100, 50, 100], "b": [100, 100, 100]}, same)]
+    steps = {("a", 0): 64.0, ("a", 1): 80.0, ("a", 2): None, ("b", 0): 66.0, ("b", 1): 64.0, ("b", 2): 70.0}
+    arm = [dataclasses.replace(t, in_plain_steps=steps[(t.prompt_id, t.repeat)])
+           for t in trials_for("lookup k=2", {"a": [50, 100, 300], "b": [10, 100, 100]}, same)]
+    report = {r.name: r for r in summarize(plain + arm, [PLAIN, LOOKUP_K2])}["lookup k=2"]
+    assert report.per_prompt_in_steps == pytest.approx({"a": (1.0 + 0.8) / 2, "b": 64 / 66})
+    assert report.paired_in_steps == pytest.approx(math.sqrt(0.9 * 64 / 66))
+    lone = [t for t in arm if t.prompt_id == "a"] + [dataclasses.replace(t, in_plain_steps=None) for t in arm
+                                                     if t.prompt_id == "b"]
+    report = {r.name: r for r in summarize(plain + lone, [PLAIN, LOOKUP_K2])}["lookup k=2"]
+    assert "b" not in report.per_prompt_in_steps and report.paired_in_steps is None
+
+
 def test_adaptive_is_compared_with_the_best_fixed_k_of_each_prompt():
     """docs/usage.md: adaptive's ratio to the best fixed k *of each prompt* (k=2 on a, k=4 on b),
     and its geometric mean. Fails for one best k over all prompts (1.5 and 1.25 would become

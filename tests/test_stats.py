@@ -68,3 +68,40 @@ def test_as_dict_has_glossary_names_and_copy_is_independent():
     stats.record_round(3, 0, 1)
     assert snap.per_position_drafted == [1, 1, 1]
     assert snap.target_passes == 1
+
+
+def test_plain_step_is_the_mean_time_of_the_passes_that_verified_no_drafted_token():
+    """docs/metrics.md: plain_step = plain_step_seconds / passes_by_verified[0] (declined proposals are plain
+    steps); None without any. Fails for a mean over every pass, or one that counts declined rounds apart."""
+    stats = SpecStats()
+    assert stats.plain_step is None
+    stats.record_round(drafted=3, accepted=3, generated=4)
+    stats.record_round(drafted=0, accepted=0, generated=1, declined=True)
+    stats.record_round(drafted=0, accepted=0, generated=1)
+    stats.verify_seconds, stats.plain_step_seconds = 5.0, 3.0
+    assert stats.plain_step == pytest.approx(1.5)
+    assert stats.as_dict()["plain_step"] == pytest.approx(1.5)
+
+
+def test_the_decoder_times_its_plain_steps_apart_from_its_verify_passes():
+    """SpeculativeDecoder adds a round's target pass to plain_step_seconds only where it verified no drafted
+    token: on a fake clock whose passes cost 1 + 0.5 n seconds, a fixed k = 3 prompt lookup's plain steps
+    average exactly 1.5 s whatever its verify passes cost. Fails if verify passes were counted in (the
+    mean would exceed 1.5) or plain steps missed (None, or the sum short of 1.5 per plain step)."""
+    from sampling_harness import CostedEngine, FakeClock
+    from specdec_gguf import SpeculativeDecoder
+    from specdec_gguf.drafters import PromptLookupDrafter
+    from specdec_gguf.engines import InMemoryEngine
+    from specdec_gguf.schedule import FixedSchedule
+
+    clock = FakeClock()
+    target = CostedEngine(InMemoryEngine.random(64, seed=3, sharpness=4.0), clock, per_pass=1.0, per_token=0.5)
+    decoder = SpeculativeDecoder(target, PromptLookupDrafter(), num_draft_tokens=3, schedule=FixedSchedule(3),
+                                 clock=clock)
+    prompt = [5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6, 7]
+    stats = decoder.generate(prompt, 48, ignore_eog=True).stats
+    plain, verifying = stats.passes_by_verified[0], sum(stats.passes_by_verified[1:])
+    assert plain > 0 and verifying > 0  # (both kinds of round happened)
+    assert stats.plain_step == pytest.approx(1.5)
+    assert stats.plain_step_seconds == pytest.approx(1.5 * plain)
+    assert stats.verify_seconds > stats.plain_step_seconds
