@@ -69,16 +69,19 @@ def arguments(doc: str, threads: int, by_round: bool = False) -> argparse.Namesp
     return parser.parse_args()
 
 
+READS = 5  # the decoder's clock readings a round: its start, the pass's start and end, the round's end, done
+
+
 def _rounds_timed(decoder: SpeculativeDecoder, tokens: list[int], n: int) -> tuple[list[float], list[str]]:
-    """Run ``decoder`` on ``tokens``: each round's seconds (the decoder's own clock readings: 4 a round after
-    the prefill's 2), and what each round did (``KINDS``; none without a drafter)."""
+    """Run ``decoder`` on ``tokens``: each round's seconds (the decoder's own clock readings: ``READS`` a round
+    after the prefill's 2), and what each round did (``KINDS``; none without a drafter)."""
     stamps: list[float] = []
     kinds: list[str] = []
     clock = decoder.clock
 
     def timed() -> float:
         stamps.append(clock())
-        if len(stamps) > 2 and (len(stamps) - 2) % 4 == 1:
+        if len(stamps) > 2 and (len(stamps) - 2) % READS == 1:
             kinds.append("pause")  # (until the round shows otherwise)
         return stamps[-1]
 
@@ -94,7 +97,7 @@ def _rounds_timed(decoder: SpeculativeDecoder, tokens: list[int], n: int) -> tup
         decoder.schedule.next_k = marking("consulted", decoder.schedule.next_k)  # type: ignore[method-assign]
         decoder._tell = marking("told", decoder._tell)  # type: ignore[method-assign]
     decoder.generate(tokens, n, ignore_eog=True)
-    rounds = [stamps[i + 3] - stamps[i] for i in range(2, len(stamps) - 3, 4)]
+    rounds = [stamps[i + READS - 1] - stamps[i] for i in range(2, len(stamps) - READS + 1, READS)]
     if decoder.drafter is None:
         return rounds, []
     kinds[-1] = "last"

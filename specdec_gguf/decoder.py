@@ -205,6 +205,7 @@ class SpeculativeDecoder:
                     proposal = NO_PROPOSAL
                 t_verify = clock()
                 out = target.forward_proposal(context[-1], proposal, greedy=greedy)
+                t_passed = clock()  # (a plain step's price: the pass alone, what plain decoding's rounds pay too)
                 # A declined proposal still shows whether its first token was right: the plain step just
                 # produced the target's own token there (greedy), or the chance it would have been
                 # accepted (sampled).
@@ -246,7 +247,7 @@ class SpeculativeDecoder:
                 stats.record_round(len(proposal.tokens), n_acc, len(new), declined=declined)
                 stats.verify_seconds += t_end - t_verify
                 if not proposal.tokens:
-                    stats.plain_step_seconds += t_end - t_verify
+                    stats.plain_step_seconds += t_passed - t_verify
                 if deferred:
                     untold.append((new, t_verify - t_round, t_end - t_verify))
                 else:

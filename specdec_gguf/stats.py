@@ -30,7 +30,8 @@ class SpecStats:
     prefill_seconds: float = 0.0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
-    plain_step_seconds: float = 0.0  # the part of verify_seconds spent in rounds that verified no drafted token
+    # The target's passes in rounds that verified no drafted token (the pass alone, within verify_seconds)
+    plain_step_seconds: float = 0.0
     generation_seconds: float = 0.0
 
     def record_round(self, drafted: int, accepted: int, generated: int, declined: bool = False) -> None:
