@@ -9,6 +9,7 @@ rounds lost, drafting pauses for an interval that doubles while it keeps losing.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from itertools import islice
@@ -25,14 +26,16 @@ class GainGuard:
     themselves), drafting pauses for ``first_pause`` rounds, doubling up to ``max_pause``.
     The last ``quiet_rounds`` rounds (at most ``window``) verifying nothing pause as soon as they
     lost more than ``tolerance`` each: what they lost is measured drafting time, with no bet's
-    noise in it; such a pause lasts at least ``quiet_pause`` rounds, and after it ``quiet_again``
-    new ones are enough (``quiet_rounds`` again once a round verified something).
+    noise in it; such a pause lasts at least ``quiet_pause`` rounds, and at least as long as makes the
+    ``quiet_again`` new rounds after it (enough then; ``quiet_rounds`` again once a round verified
+    something) cost at most ``quiet_share`` of the rounds, at what the quiet rounds lost each.
     """
 
     def __init__(self, *, window: int, min_rounds: int, tolerance: float, slack: float, first_pause: int,
                  max_pause: int, quiet_rounds: int | None = None, quiet_pause: int | None = None,
-                 quiet_again: int | None = None) -> None:
+                 quiet_again: int | None = None, quiet_share: float = 0.0) -> None:
         self.min_rounds, self.tolerance, self.slack = min_rounds, tolerance, slack
+        self.quiet_share = quiet_share
         self.quiet_rounds = window if quiet_rounds is None else min(quiet_rounds, window)
         self.quiet_again = self.quiet_rounds if quiet_again is None else min(quiet_again, self.quiet_rounds)
         self._quiet_needed = self.quiet_rounds  # quiet rounds that make the next verdict
@@ -47,6 +50,14 @@ class GainGuard:
         self._interval = first_pause
         self._asked = False  # whether this round consulted the drafter
         self._quiet = 0  # scored rounds in a row that verified nothing
+
+    def _sized(self, needed: int) -> int:
+        """The pause after which ``quiet_again`` quiet rounds cost at most ``quiet_share`` of the rounds, each
+        losing what the last ``needed`` lost on average (0 without a share)."""
+        if self.quiet_share <= 0.0:
+            return 0
+        lost = -sum(islice(reversed(self._gains), needed)) / needed  # (plain steps a quiet round lost)
+        return math.ceil(self.quiet_again * lost / self.quiet_share) - self.quiet_again
 
     def paused(self) -> bool:
         """Whether this round must be a plain step (counts the pause down)."""
@@ -128,7 +139,7 @@ class GainGuard:
         loss = -sum(self._gains) - self.tolerance * len(self._gains)
         if quiet_loss or (loss > self.slack and (sum(self._verified) >= self.min_rounds
                                                   or loss > self.slack * len(self._gains) / 8)):
-            pause = max(self._interval, self.quiet_pause) if quiet_loss else self._interval
+            pause = max(self._interval, self.quiet_pause, self._sized(needed)) if quiet_loss else self._interval
             self._pause = min(pause, self.max_pause)
             self._interval = min(2 * self._pause, self.max_pause)
             # The next pause on quiet rounds needs new ones: a copy that began meanwhile shows in them.

@@ -128,6 +128,15 @@ class ScheduleConstants:
     # round verifies something): the first search after a pause looks at all the pause wrote, and 8
     # more consulted rounds per pause were ~25 us each on a tiny F32 model's 150-300 us rounds.
     guard_quiet_again: int = 2
+    # ... and such a pause is at least as long as makes those new quiet rounds cost at most this share of
+    # the rounds, at what the quiet rounds before it lost each (at most guard_max_pause): where a search
+    # is a tenth of a step, 16 and 32 let the two consulted rounds after each pause and the round that
+    # tells it cost ~4% of a 64-token tiny F32 answer. Side by side (100 repeats, 64 tokens, paired): tiny
+    # F32 lookup 0.969x -> 0.975x plain at 1 thread, worst prompt 0.952x -> 0.971x; 2 threads 0.975x ->
+    # 0.982x, worst 0.958x -> 0.975x (a copy in code-edit found later: 1.013x -> 0.986x); 256 tokens 0.963x
+    # -> 0.982x; tiny-mid-q8 and tiny-wide unchanged. A search costing under guard_tolerance of a step
+    # (Gemma 3 270M: ~0.2%) never makes such a verdict, so it changes nothing there.
+    guard_quiet_share: float = 0.002
     # Declined prompt-lookup proposals teach the calibration only when their first token's bucket is
     # within this of what may be verified (see observe).
     unverified_band: float = 0.1
@@ -411,7 +420,8 @@ class AdaptiveSchedule:
                                slack=c.guard_slack, first_pause=c.probe_interval, max_pause=c.guard_max_pause,
                                quiet_rounds=c.guard_quiet_rounds if free_drafter else c.guard_window,
                                quiet_pause=c.guard_quiet_pause if free_drafter else c.probe_interval,
-                               quiet_again=c.guard_quiet_again if free_drafter else None)
+                               quiet_again=c.guard_quiet_again if free_drafter else None,
+                               quiet_share=c.guard_quiet_share if free_drafter else 0.0)
         self._greedy = True  # the policy of the latest round (what next_k plans for)
         self._budgets = {g: None if self._slot_buckets[g] else DraftBudget(self, self.models[g]) for g in (True, False)}
 

@@ -60,9 +60,10 @@ def test_the_switch_is_learned_from_plain_steps_after_verify_passes():
 
 
 def _guard(quiet_rounds: int | None = None, quiet_pause: int | None = None,
-           quiet_again: int | None = None) -> GainGuard:
+           quiet_again: int | None = None, quiet_share: float = 0.0) -> GainGuard:
     return GainGuard(window=24, min_rounds=8, tolerance=0.02, slack=2.0, first_pause=8, max_pause=64,
-                     quiet_rounds=quiet_rounds, quiet_pause=quiet_pause, quiet_again=quiet_again)
+                     quiet_rounds=quiet_rounds, quiet_pause=quiet_pause, quiet_again=quiet_again,
+                     quiet_share=quiet_share)
 
 
 @pytest.mark.parametrize("after", [1.0, 1.8])
@@ -131,6 +132,18 @@ def test_after_a_pause_new_quiet_rounds_are_needed_and_the_pauses_double(quiet_p
     round after a pause re-paused on the old rounds' evidence (a tiny model's repetitive output went
     undrafted for 200 tokens), if the pauses stopped doubling, or if either setting were ignored."""
     assert _quiet_searches(_guard(8, quiet_pause, quiet_again))[:3] == expected
+
+
+@pytest.mark.parametrize("share, first", [(0.0, 16), (0.002, 38), (0.004, 18)])
+def test_a_quiet_pause_lasts_until_the_rounds_after_it_cost_at_most_their_share(share, first):
+    """Searches at 4% of a plain step that find nothing: with a share of 0.2% the first quiet pause lasts
+    until the 2 quiet rounds after it cost at most that (2 * 0.04 / 0.002 - 2 = 38 rounds), and the pauses
+    double from there up to the most (64); at 0.4%, 18 rounds; without a share, the quiet pause (16) as
+    before. Fails if the pause ignored what the quiet rounds lost, or outgrew the most a pause may last."""
+    pauses = _quiet_searches(_guard(8, 16, 2, quiet_share=share), rounds=240)[:3]
+    assert pauses[0][0] == 8 and pauses[0][1] in (first, first + 1)  # (float rounding of the share)
+    assert [p[0] for p in pauses[1:]] == [2, 2]
+    assert [p[1] for p in pauses[1:]] == [min(2 * pauses[0][1], 64), 64]
 
 
 def test_a_round_that_verified_makes_the_next_quiet_verdict_wait_for_a_whole_window():
