@@ -7,7 +7,7 @@ Usage:
                                 [--runs 3] [--fresh-cache] [--exact] [--temp 0.8 --seed 0] [--variant ...]
 
 Each round prints what a costly drafter's start decision said (``next_k``: its start value and
-whether the round drafts), the proposal (length, the verify cap, the first buckets and their
+whether the round drafts; rounds it runs plain print nothing, a guard's pause one line), the proposal (length, the verify cap, the first buckets and their
 calibrated confidences, how many tokens ``choose`` verifies, and where it verifies fewer so that a second
 pass takes the rest, what one pass would have) and the outcome (verified, accepted,
 whether a declined proposal's first token was right), with the pooled calibration and, for a
@@ -44,6 +44,15 @@ from policy_sim import load_traces, parse_curve  # noqa: E402
 
 class RoundLog(AdaptiveSchedule):
     """The adaptive schedule, printing its decisions as it makes them."""
+
+    def plain_rounds(self) -> int:
+        guard = self.guard._pause  # (claimed by the call below)
+        rounds = super().plain_rounds()
+        if rounds:  # (the decoder runs these without asking next_k)
+            why = "the guard: drafting lost to plain steps lately" if guard else \
+                f"until the next look, {self._rounds_since_draft} plain rounds since the last draft"
+            print(f"pause: {rounds} plain rounds ({why})")
+        return rounds
 
     def next_k(self, room: int) -> int:
         k = super().next_k(room)

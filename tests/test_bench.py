@@ -672,6 +672,24 @@ def test_round_log_says_where_choose_verified_a_copy_in_two_passes(capsys):
             assert verified < int(line.split("(one pass: ")[1].split(",")[0])
 
 
+def test_round_log_prints_the_pauses_it_runs_without_asking(capsys):
+    """benchmarks/round_log.py prints a line for each pause the decoder runs without asking next_k (a run that
+    drafted once and then paused showed one round and nothing else, as if the log had stopped), saying whether
+    the guard or the wait for a look made it. Fails if a pause went unprinted or was put down to the wrong one."""
+    from specdec_gguf.simulation import simulate_run, synthetic_traces
+
+    round_log = _benchmark("round_log")
+    trace = next(t for t in synthetic_traces() if t.id.startswith("open"))
+    simulate_run(trace, "tiny-f32", 256, None, drafter="draft-model", draft_ratio=0.3,
+                 schedule_type=round_log.RoundLog)
+    pauses = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pause: ")]
+    assert pauses and all(" plain rounds (" in line for line in pauses)
+    schedule = round_log.RoundLog(8)
+    schedule.guard._pause = 5
+    assert schedule.plain_rounds() == 5
+    assert capsys.readouterr().out == "pause: 5 plain rounds (the guard: drafting lost to plain steps lately)\n"
+
+
 def test_round_log_runs_a_prompt_from_a_prompts_file(tiny_family, tmp_path, monkeypatch, capsys):
     """benchmarks/round_log.py --model --prompts: the prompt with that id comes from the JSONL file (a logged
     adaptive run beside a plain one); an id the file lacks is refused naming the file and the ids it has.
