@@ -26,9 +26,14 @@ BAR = 30
 PEERS = ("llama-cpp-python", "llama.cpp")
 
 
+PLAIN_AGAIN = "plain again"
+
+
 def strategies_for(draft: bool, prompt_lookup: bool, ks: list[int], adaptive_k: int | None,
-                   ngram_max: int) -> list[Strategy]:
+                   ngram_max: int, plain_twice: bool = False) -> list[Strategy]:
     out = [Strategy("plain", DrafterSettings(kind="none"))]
+    if plain_twice:  # (a second plain arm: its ratios to the first are this host's noise alone)
+        out.append(Strategy(PLAIN_AGAIN, DrafterSettings(kind="none")))
     kinds = (["draft-model"] if draft else []) + (["prompt-lookup"] if prompt_lookup else [])
     for kind in kinds:
         short = "draft" if kind == "draft-model" else "lookup"
@@ -58,9 +63,10 @@ def render_reports(reports: list[StrategyReport], cold: bool, sampling: Sampling
         ours = not r.peer
         table.add_row(r.name, f"{r.median_throughput:.1f}", _x(r.speedup), _x(r.paired_speedup) if ours else "-",
                       _spread(r.paired_spread) if ours and r.name != "plain" else "-",
-                      f"{r.acceptance_rate:.1%}" if ours and r.name != "plain" else "-",
+                      f"{r.acceptance_rate:.1%}" if ours and r.name not in ("plain", PLAIN_AGAIN) else "-",
                       f"{r.tokens_per_target_pass:.2f}" if ours else "-",
-                      f"{r.declined:.1f}" if ours and r.name != "plain" else "-", _x(r.vs_best_fixed_geomean),
+                      f"{r.declined:.1f}" if ours and r.name not in ("plain", PLAIN_AGAIN) else "-",
+                      _x(r.vs_best_fixed_geomean),
                       f"{r.greedy_match:.0%}" if r.greedy_match is not None else "-",
                       f"{r.python_share:.1%}" if r.python_share is not None else "-")
     return table
@@ -117,6 +123,7 @@ def bench(
     only: Annotated[Optional[str], typer.Option("--only", help="Comma-separated prompt ids to run.")] = None,
     max_tokens: Annotated[int, typer.Option("-n", "--max-tokens", help="Tokens per answer (64: short chat answers).")] = 128,
     repeats: Annotated[int, typer.Option("--repeats", help="Interleaved repeats per prompt.")] = 3,
+    plain_twice: Annotated[bool, typer.Option("--plain-twice", help="Also time plain decoding a second time, interleaved like the rest: its ratios to the first are this machine's noise, the floor under every other figure.")] = False,
     cold: Annotated[bool, typer.Option("--cold/--warm", help="A fresh decoder per trial, as `specdec run` (default), or one per strategy for all trials.")] = True,
     ctx_size: Annotated[int, typer.Option("-c", "--ctx-size")] = 2048,
     threads: Annotated[Optional[int], typer.Option("-t", "--threads", help="CPU threads (fewer threads stand in for a slower machine).")] = None,
@@ -180,7 +187,7 @@ def bench(
         if draft_model:
             draft = open_engine(EngineSettings(model=draft_model, n_ctx=ctx_size, n_threads=threads,
                                                n_gpu_layers=draft_n_gpu_layers), verbose=verbose)
-        strategies = strategies_for(draft is not None, prompt_lookup, k_values, adaptive_k, ngram_max)
+        strategies = strategies_for(draft is not None, prompt_lookup, k_values, adaptive_k, ngram_max, plain_twice)
         tokenized = [(pid, target.tokenize(text)) for pid, text in prompts]
         profile = profile_for(target, use_cache=profile_cache)
         progress = err_console if not json_out else None

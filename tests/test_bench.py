@@ -334,6 +334,22 @@ def test_bench_tables(tiny_family):
     assert "speed-up over plain decoding:" in out
 
 
+def test_bench_plain_twice_times_plain_decoding_again_beside_the_first(tiny_family):
+    """--plain-twice: a second plain row ("plain again"), interleaved with the rest, read over the first plain
+    (which every ratio stays over): its paired ratio and spread are the machine's noise. Fails if the row were
+    missing, came first (then the baseline), or were counted as a drafter (acceptance, best fixed k)."""
+    result = bench(tiny_family, "--json", "--plain-twice", "--no-prompt-lookup")
+    assert result.exit_code == 0, result.output
+    reports = json.loads(result.stdout)["reports"]
+    assert [r["name"] for r in reports] == ["plain", "plain again", "draft k=1", "draft k=2", "draft adaptive"]
+    again = reports[1]
+    assert again["passes_by_verified"] == [8.0] and again["vs_best_fixed_geomean"] is None
+    low, high = again["paired_spread"]
+    assert 0 < low <= high and again["paired_speedup"] > 0 and reports[0]["speedup"] == 1.0
+    table = bench(tiny_family, "--plain-twice", "--no-prompt-lookup")
+    assert table.exit_code == 0 and "plain again" in table.stdout
+
+
 @pytest.mark.parametrize("args, message", [
     (["--k", "1,x"], r"--k '1,x' must be comma-separated integers"),
     (["--k", "0"], r"--k values \(0\), --repeats \(2\) and -n \(8\) must be >= 1"),
