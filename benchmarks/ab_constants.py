@@ -121,12 +121,12 @@ def print_ratios(arm: str, geomean: float, ratios: dict[str, float],
 
 
 def arms(kind: str, fixed: list[int], variants: dict[str, ScheduleConstants], bounds: list[int],
-         plain_null: bool = False) -> list[Strategy]:
+         plain_twice: bool = False) -> list[Strategy]:
     """The strategies a run interleaves: plain, the fixed k (named as the matrix names them), ``plain again``
-    with ``plain_null`` (a second plain arm: its ratio to the first is the host's noise), each variant of the
+    with ``plain_twice`` (a second plain arm: its ratio to the first is the host's noise), each variant of the
     adaptive schedule, and the shipped one bounded at each of ``bounds``."""
     strategies = matrix_strategies(kind, fixed)[:-1]  # (the first plain arm is the one every ratio is over)
-    if plain_null:
+    if plain_twice:
         strategies.append(Strategy("plain again", DrafterSettings(kind="none")))
     strategies += [Strategy(name, DrafterSettings(kind=kind), constants=constants)  # type: ignore[arg-type]
                    for name, constants in variants.items()]
@@ -155,7 +155,7 @@ def main() -> None:
     parser.add_argument("--temp", type=float, default=0.0,
                         help="sampling temperature (0: greedy); repeat r samples with seed --seed + r")
     parser.add_argument("--seed", type=int, default=0, help="with --temp: the sampling seed of the first repeat")
-    parser.add_argument("--plain-null", action="store_true",
+    parser.add_argument("--plain-twice", action="store_true",
                         help="also a second plain arm ('plain again'): how far plain decoding scatters from "
                              "itself on this host, the floor under every other arm's ratio")
     parser.add_argument("--detail", action="store_true",
@@ -164,7 +164,7 @@ def main() -> None:
     args = parser.parse_args()
     variants = dict([("shipped", ScheduleConstants())] + [parse_variant(v) for v in args.variant])
     strategies = arms(args.kind, [int(k) for k in args.k.split(",") if k], variants,
-                      [int(k) for k in args.adaptive_k.split(",") if k], args.plain_null)
+                      [int(k) for k in args.adaptive_k.split(",") if k], args.plain_twice)
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["SPECDEC_CACHE_DIR"] = str(Path(tmp) / "cache")  # (read when a decoder is made)
         if args.cache_from is not None:

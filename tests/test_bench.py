@@ -592,8 +592,8 @@ def test_ab_constants_gives_each_arm_a_calibration_store_of_its_own(tiny_engines
     assert calibrations_module.store_dir() not in {tmp_path / "stores" / arm.name for arm in arms}
 
 
-def test_ab_constants_plain_null_is_a_second_plain_arm_read_over_the_first():
-    """benchmarks/ab_constants.py --plain-null: a second plain arm ("plain again") beside the first, which every
+def test_ab_constants_plain_twice_adds_a_second_plain_arm_read_over_the_first():
+    """benchmarks/ab_constants.py --plain-twice: a second plain arm ("plain again") beside the first, which every
     ratio stays over; its paired spread is the host's noise. Fails if the flag added nothing, or if the new arm
     came first (then it would be the one every ratio is over)."""
     from specdec_gguf.schedule import ScheduleConstants
@@ -601,7 +601,7 @@ def test_ab_constants_plain_null_is_a_second_plain_arm_read_over_the_first():
     ab = _benchmark("ab_constants")
     variants = {"shipped": ScheduleConstants()}
     without = ab.arms("draft-model", [4], variants, [])
-    with_null = ab.arms("draft-model", [4], variants, [], plain_null=True)
+    with_null = ab.arms("draft-model", [4], variants, [], plain_twice=True)
     assert [s.name for s in with_null] == [without[0].name, without[1].name, "plain again", "shipped"]
     assert with_null[0].is_plain and with_null[2].is_plain and not with_null[1].is_plain
     same = {"a": (1,)}
