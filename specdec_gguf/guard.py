@@ -51,12 +51,11 @@ class GainGuard:
         self._asked = False  # whether this round consulted the drafter
         self._quiet = 0  # scored rounds in a row that verified nothing
 
-    def _sized(self, needed: int) -> int:
+    def _sized(self, lost: float) -> int:
         """The pause after which ``quiet_again`` quiet rounds cost at most ``quiet_share`` of the rounds, each
-        losing what the last ``needed`` lost on average (0 without a share)."""
+        losing ``lost`` plain steps (what the quiet rounds before it lost on average; 0 without a share)."""
         if self.quiet_share <= 0.0:
             return 0
-        lost = -sum(islice(reversed(self._gains), needed)) / needed  # (plain steps a quiet round lost)
         return math.ceil(self.quiet_again * lost / self.quiet_share) - self.quiet_again
 
     def paused(self) -> bool:
@@ -133,13 +132,15 @@ class GainGuard:
         # 4-8% of each round), or, over at least min_rounds, several verified rounds or proposals
         # that cost a lot by themselves.
         needed = self._quiet_needed
-        quiet_loss = self._quiet >= needed and -sum(islice(reversed(self._gains), needed)) > self.tolerance * needed
+        quiet_lost = -sum(islice(reversed(self._gains), needed)) if self._quiet >= needed else 0.0
+        quiet_loss = quiet_lost > self.tolerance * needed
         if not quiet_loss and len(self._gains) < self.min_rounds:
             return
         loss = -sum(self._gains) - self.tolerance * len(self._gains)
         if quiet_loss or (loss > self.slack and (sum(self._verified) >= self.min_rounds
                                                   or loss > self.slack * len(self._gains) / 8)):
-            pause = max(self._interval, self.quiet_pause, self._sized(needed)) if quiet_loss else self._interval
+            pause = max(self._interval, self.quiet_pause, self._sized(quiet_lost / needed)) if quiet_loss \
+                else self._interval
             self._pause = min(pause, self.max_pause)
             self._interval = min(2 * self._pause, self.max_pause)
             # The next pause on quiet rounds needs new ones: a copy that began meanwhile shows in them.

@@ -950,10 +950,11 @@ class AdaptiveSchedule:
             return
         committed, drafting, verifying = zip(*rest)
         rounds_seconds = list(map(add, drafting, verifying))
-        generated = sum(map(len, committed))
+        counts = list(map(len, committed))
+        generated = sum(counts)
         weight = self.c.rate_smoothing
         tokens, seconds = self._rate_tokens, self._rate_seconds
-        for count, round_seconds in zip(map(len, committed), rounds_seconds):
+        for count, round_seconds in zip(counts, rounds_seconds):
             tokens += weight * (count - tokens)
             seconds += weight * (round_seconds - seconds)
         self._rate_tokens, self._rate_seconds = tokens, seconds
