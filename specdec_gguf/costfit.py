@@ -150,53 +150,79 @@ class VerifyCosts:
 
 
 class DraftPrice:
-    """What a draft model's proposal of k tokens costs: ``start + k·per_token`` seconds.
+    """What a draft model's proposal of k tokens costs at the current context: ``start + k·per_token`` seconds.
 
     Its first pass also takes in the tokens committed since the last proposal (a longer
     pass, after one of another size), then one pass per token. The draft's profile gives
-    the shape (``start`` = T(2) + switch − T(1), ``per_token`` = T(1)), the last ``window``
-    proposals the scale (median of measured / shaped). Without a profile: no start, and
-    ``per_token`` the median measured price per drafted token (None until one is measured).
-    Priced by the average per drafted token, short proposals' first passes made every further
-    token look 1.7-2.5x dearer than it is.
+    the shape (``start`` = T(2) + switch − T(1), ``per_token`` = T(1), each pass dearer by the
+    profile's context slope for the context it attends to), the last ``window`` proposals the
+    scale: the median of measured / shaped, each shaped at its own context and first pass. Without
+    a profile: no start, and ``per_token`` the median measured price per drafted token (None until
+    one is measured). Priced by the average per drafted token, short proposals' first passes made
+    every further token look 1.7-2.5x dearer than it is; shaped without the context and the catch-up,
+    the scale took in a long prompt's dearer passes and a look's catch-up (tiny-wide after a 380-token
+    prompt: 1.4x-1.8x), and the price of the next look counted the context a second time.
     """
 
     def __init__(self, profile: CostProfile | None, *, window: int, max_catch_up: int | None) -> None:
         self.profile = profile
         self.max_catch_up = max_catch_up  # the drafter's (DrafterEngine.max_catch_up)
         self._window: deque[float] = deque(maxlen=window)
-        self._shape = None if profile is None else (
-            max(profile.cost(2) + profile.switch_seconds - profile.cost(1), 0.0), profile.cost(1))
-        self.start = self._shape[0] if self._shape else 0.0
-        self.per_token: float | None = self._shape[1] if self._shape else None
+        self._scale = 1.0
+        self._context = 0
+        self.start = 0.0
+        self.per_token: float | None = None
+        if profile is not None:
+            self.at_context(0)
 
-    def record(self, drafted: int, seconds: float, cold: bool = False) -> None:
-        """A proposal of ``drafted`` tokens took ``seconds`` to draft. ``cold``: the first of a generation,
-        its caches cold from the prefills: it may say the draft is cheaper than the profile, never dearer
-        (a 1-token draft then costs 2-3x its later price, and alone in the window that priced drafting
-        out of every later round of the run, looks too: in 3-4 of 10 fresh tiny-wide sessions). Without
-        a profile it counts as any other (nothing else gives a price)."""
-        if self._shape is None:
+    def at_context(self, context: int) -> None:
+        """Price proposals drafted after ``context`` committed tokens (``start`` and ``per_token``)."""
+        self._context = context
+        if self.profile is None:
+            return
+        per_token = self._pass(1, context)
+        self.start = self._scale * max(self._pass(2, context) + self.profile.switch_seconds - per_token, 0.0)
+        self.per_token = self._scale * per_token
+
+    def record(self, drafted: int, seconds: float, *, cold: bool = False, context: int = 0, untaken: int = 0) -> None:
+        """A proposal of ``drafted`` tokens after ``context`` committed tokens took ``seconds`` to draft,
+        its first pass taking in the ``untaken`` tokens committed since the last proposal too (as
+        ``catch_up`` prices them). ``cold``: one of a generation's first proposals, its caches cold from the
+        prefills: it may say the draft is cheaper than priced now, never dearer (a 1-token draft then costs
+        up to 2-3x its later price, and alone in the window that priced drafting out of every later round of
+        the run, looks too: ScheduleConstants.cold_proposals). Without a profile it counts as any other
+        (nothing else gives a price). The prices follow to ``context``."""
+        if self.profile is None:
             self._window.append(seconds / drafted)
             self.per_token = statistics.median(self._window)
             return
-        start, per_token = self._shape
-        ratio = seconds / (start + drafted * per_token)
-        self._window.append(min(ratio, 1.0) if cold else ratio)
-        scale = statistics.median(self._window)
-        self.start, self.per_token = scale * start, scale * per_token
+        tokens, before = self._fed(untaken, context)
+        shaped = self._pass(max(tokens + 1, 2), before) + self.profile.switch_seconds \
+            + (drafted - 1) * self._pass(1, context)
+        ratio = seconds / shaped
+        self._window.append(min(ratio, self._scale) if cold else ratio)
+        self._scale = statistics.median(self._window)
+        self.at_context(context)
+
+    def _fed(self, untaken: int, context: int) -> tuple[int, int]:
+        """The committed tokens a proposal's first pass takes in besides the anchor, and the context before
+        them in the draft's cache."""
+        if self.max_catch_up is not None and untaken > self.max_catch_up:
+            return self.max_catch_up, 0  # the drafter restarts its view on the latest tokens
+        return untaken, max(context - untaken, 0)
+
+    def _pass(self, n: int, before: int) -> float:
+        """The profile's seconds for a pass over ``n`` tokens after ``before`` tokens of context (the
+        context's share extrapolated past the longest context measured)."""
+        profile: CostProfile = self.profile  # type: ignore[assignment]  (only called with one)
+        return profile.cost(n) + profile.context_slope(n) * max(before - CONTEXT_TOKENS, 0)
 
     def catch_up(self, tokens: int, context: int = 0) -> float | None:
         """Seconds to take in the last ``tokens`` of ``context`` committed tokens and draft one (None: no
         profile to say). That pass attends to the context before them, on past the longest context the
         profile measured (a small Q8_0 draft's 58-token pass: 2.2 ms after 16 tokens, 8.8 ms after 380,
         priced 9.2; the curve without the context said 1.3)."""
-        if self._shape is None or self.per_token is None:
+        if self.profile is None or self.per_token is None:
             return None
-        profile: CostProfile = self.profile  # type: ignore[assignment]  (a shape comes from one)
-        scale = self.per_token / self._shape[1]
-        before = max(context - tokens, 0)
-        if self.max_catch_up is not None and tokens > self.max_catch_up:
-            tokens, before = self.max_catch_up, 0  # the drafter restarts its view on the latest tokens
-        n = tokens + 1
-        return scale * (profile.cost(n) + profile.context_slope(n) * max(before - CONTEXT_TOKENS, 0))
+        tokens, before = self._fed(tokens, context)
+        return self._scale * self._pass(tokens + 1, before)

@@ -76,6 +76,13 @@ class ScheduleConstants:
     # 1.236x (null arm 1.222x) / 1.220x; tiny F32 draft 0.982x / 0.971x, tiny-wide greedy and sampled within
     # the null arms' spread; where drafting clearly pays or never does, no decision changes.
     start_rate_cap: bool = True
+    # A generation's first proposals, this many, may make a draft model's price lower than priced now, never
+    # higher: their caches are cold from the prefills. Fresh tiny-wide decoders (three processes, five
+    # answers each) read their first proposal at a median 1.0x-1.6x the profile (up to 2.6x), the second
+    # at 0.9x-1.4x (up to 2.0x; 2.4x-2.9x in a process where every answer stalled), the later ones 1.0x-1.3x.
+    # Two such readings alone in the window priced a draft that pays 1.5x out of the run: its first tokens
+    # right but not yet believed (the calibration refits after four), its looks unaffordable after.
+    cold_proposals: int = 2
     # The first verify passes of a decoder hold at most this many drafted tokens (or as many as the
     # largest pass the cost profile measured); then at most twice the longest verified so far: the
     # costs of long passes are confirmed before they are bet on. On steep curves (one thread: a
@@ -412,7 +419,7 @@ class AdaptiveSchedule:
         self._probing = False  # this round drafts only to look (a costly drafter that doesn't pay)
         self._unaffordable_until = 0.0  # rounds since the last draft before which no look is affordable
         self._look_again = False  # the last look's first token was right
-        self._first_proposal = True  # no proposal yet in this generation (see observe)
+        self._proposals = 0  # proposals drafted in this generation (see observe)
         # The proposal followed in hindsight (see hindsight): its tokens, their buckets and the position
         # of the next one to compare with a committed token (None: none followed).
         self._followed: tuple[Sequence[int], Sequence[int], int] | None = None
@@ -438,11 +445,12 @@ class AdaptiveSchedule:
         self._unvouched_cap = None
         if profile is not None and not profile.vouches_at(context):
             self._unvouched_cap = 0 if self.free_drafter and self.c.look_first else self.c.first_verify_cap
-        self._first_proposal = True
+        self._proposals = 0
         self._followed = None
         self._untaken = 0  # (the drafter's start takes the prompt in)
         self._unaffordable_until = 0.0  # (a look's price was the catch-up on what it now took in)
         self._context = context
+        self.draft_price.at_context(context)
         if self.free_drafter:
             self.min_confidence()  # (what prompt lookup's first search asks)
 
@@ -887,6 +895,7 @@ class AdaptiveSchedule:
         self._rate_tokens += weight * (generated - self._rate_tokens)
         self._rate_seconds += weight * (seconds - self._rate_seconds)
         self._rounds_since_plain = 0 if verified == 0 else self._rounds_since_plain + 1
+        context, untaken = self._context, self._untaken  # (what the proposal's draft passes attended to)
         self._context += generated
         drafted = len(proposal.tokens)
         self.guard.record(verified, generated, draft_seconds, verify_seconds, after_verify=after_verify)
@@ -904,8 +913,9 @@ class AdaptiveSchedule:
         self._start_value = self._potential_cache = None  # drafted: price and first tokens moved
         self._unaffordable_until = 0.0
         if not self.free_drafter and draft_seconds > 0:
-            self.draft_price.record(drafted, draft_seconds, cold=self._first_proposal)
-        self._first_proposal = False
+            self.draft_price.record(drafted, draft_seconds, cold=self._proposals < self.c.cold_proposals,
+                                    context=context, untaken=untaken)
+        self._proposals += 1
         buckets = proposal.buckets if proposal.buckets is not None and not self._slot_buckets[greedy] \
             else range(drafted)
         if not self.free_drafter:  # only a costly drafter's start decision reads these counts

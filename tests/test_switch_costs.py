@@ -183,24 +183,61 @@ def test_a_draft_proposal_costs_a_start_and_a_price_per_token():
     assert (schedule.draft_price.start, schedule.draft_price.per_token) == pytest.approx((0.5 * MS, 0.2 * MS))
 
 
-def test_a_generations_first_proposal_may_lower_the_draft_price_but_not_raise_it():
-    """The first proposal of each generation runs with cold caches (3x its price here): it can't raise
-    the price, so it can't price drafting out of the run; later ones as slow do. A first one faster than
-    the profile says still lowers it."""
+def test_a_generations_first_proposals_may_lower_the_draft_price_but_not_raise_it():
+    """The first proposals of each generation run with cold caches (3x their price here): they can't
+    raise the price, so they can't price drafting out of the run; later ones as slow do. A first one
+    faster than the profile says still lowers it. Fails with one cold proposal (the second raised it)."""
     target = CostProfile({1: 4 * MS, 2: 6 * MS, 3: 7 * MS, 5: 8 * MS, 9: 10 * MS})
     draft = CostProfile({1: 0.1 * MS, 2: 0.3 * MS}, switch_seconds=0.05 * MS)  # F = 0.25, d = 0.1
     schedule = AdaptiveSchedule(8, target_costs=target, draft_costs=draft, priors={True: [0.9], False: [0.9]})
     one = DraftProposal(tokens=(1,), buckets=(0,))  # priced F + d = 0.35 ms by the profile
-    schedule.start(100)
-    schedule.observe(one, 1, 1, 2, True, 3 * 0.35 * MS, 4 * MS)
-    assert schedule.draft_price.per_token == pytest.approx(0.1 * MS)
-    for _ in range(2):  # later proposals as slow count
+    schedule.start(10)
+    for _ in range(schedule.c.cold_proposals):
+        schedule.observe(one, 1, 1, 2, True, 3 * 0.35 * MS, 4 * MS)
+        assert schedule.draft_price.per_token == pytest.approx(0.1 * MS)
+    for _ in range(schedule.c.cold_proposals + 1):  # later proposals as slow count
         schedule.observe(one, 1, 1, 2, True, 3 * 0.35 * MS, 4 * MS)
     assert schedule.draft_price.per_token == pytest.approx(0.3 * MS)
+    schedule.start(10)  # a new generation: cold again, the price as learned
+    schedule.observe(one, 1, 1, 2, True, 9 * 0.35 * MS, 4 * MS)
+    assert schedule.draft_price.per_token == pytest.approx(0.3 * MS)
     fresh = AdaptiveSchedule(8, target_costs=target, draft_costs=draft, priors={True: [0.9], False: [0.9]})
-    fresh.start(100)
+    fresh.start(10)
     fresh.observe(one, 1, 1, 2, True, 0.5 * 0.35 * MS, 4 * MS)
     assert fresh.draft_price.per_token == pytest.approx(0.05 * MS)
+
+
+def test_a_draft_proposal_is_priced_at_its_context_and_with_its_catch_up():
+    """A small Q8_0 draft's profile (passes after 16 and after 128 tokens): after a 380-token prompt each
+    pass attends to the context, and a look after 20 plain rounds first takes those tokens in. Proposals
+    that cost just what the profile says at their context, catch-up included, leave the price's scale at
+    1: the price of a token is the one-token pass at the context, and a look's price counts the context
+    once. Fails if proposals were shaped without the context or the catch-up (the scale then learned
+    1.3x-1.6x, and the next look's price, which adds the context itself, counted it twice)."""
+    target = CostProfile({1: 4 * MS, 2: 4.2 * MS, 3: 4.4 * MS, 5: 4.8 * MS, 9: 5.6 * MS})
+    draft = CostProfile({1: 0.137 * MS, 2: 0.240 * MS, 3: 0.289 * MS, 5: 0.411 * MS, 9: 0.478 * MS},
+                        switch_seconds=0.053 * MS, long_context=128, long_seconds={1: 0.179 * MS, 9: 0.857 * MS})
+    schedule = AdaptiveSchedule(8, target_costs=target, draft_costs=draft, priors={True: [0.5], False: [0.5]})
+
+    def at(n: int, before: int) -> float:  # the profile's pass over n tokens after ``before`` of context
+        return draft.cost(n) + draft.context_slope(n) * (before - 16)
+
+    context = 380
+    schedule.start(context)
+    for _ in range(schedule.c.cold_proposals + 3):
+        four = DraftProposal(tokens=(1,) * 4, buckets=(0,) * 4)
+        schedule.observe(four, 4, 2, 3, True, at(2, context - 1) + draft.switch_seconds + 3 * at(1, context), 5 * MS)
+        context += 3
+    for _ in range(20):
+        schedule.observe(NO_PROPOSAL, 0, 0, 1, True, 0.0, 4 * MS)
+    context += 20
+    look = DraftProposal(tokens=(1,), buckets=(0,))
+    schedule.observe(look, 1, 0, 1, True, at(21, context - 20) + draft.switch_seconds, 5 * MS)
+    context += 1
+    price = schedule.draft_price
+    assert price.per_token == pytest.approx(at(1, context - 1), rel=0.01)  # (a token of context either way)
+    assert price.catch_up(40, context + 40) == pytest.approx(at(41, context), rel=0.01)
+    assert at(1, context) > 1.3 * draft.cost(1)  # (the context matters here)
 
 
 @pytest.mark.parametrize("room", [4, 12, 1000])
