@@ -610,6 +610,42 @@ def test_ab_constants_plain_twice_adds_a_second_plain_arm_read_over_the_first():
     assert report.paired_spread == pytest.approx((0.95, 1.05))
 
 
+def test_fresh_starts_runs_each_process_on_an_empty_cache_of_its_own_and_counts_the_stalls(monkeypatch, tmp_path, capsys):
+    """benchmarks/fresh_starts.py: every child process of every arm gets a user cache folder of its own that does
+    not exist yet (a user's first run), the arms' order alternates between processes, and an answer counts as
+    stalled when half its tokens or more came from plain steps. Fails if two processes shared a cache (the second
+    would start from the first's profile and calibration) or if the count read the wrong side of the share."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    fresh = _benchmark("fresh_starts")
+    assert fresh.plain_share([0, 2, 5], 17, 32) == pytest.approx(10 / 32)  # 7 passes verified drafts, 10 plain
+    assert fresh.plain_share([], 32, 32) == 1.0
+    calls = []
+
+    def run(command, env, capture_output, text):
+        cache = Path(env["SPECDEC_CACHE_DIR"])
+        arm = command[command.index("--child") + 1]
+        calls.append((arm, cache, cache.exists()))
+        lines = [{"prompt": "p1", "ms": 10.0, "plain": 0.5 if arm == "shipped" else 0.49},
+                 {"prompt": "p2", "ms": 20.0, "plain": 0.1}]
+        return SimpleNamespace(returncode=0, stdout="\n".join(json.dumps(line) for line in lines), stderr="")
+
+    monkeypatch.setattr(subprocess, "run", run)
+    target = tmp_path / "t.gguf"
+    monkeypatch.setattr(sys, "argv", ["fresh_starts.py", str(target), "--kind", "prompt-lookup", "--processes", "3",
+                                      "--variant", "other:cold_proposals=1"])
+    fresh.main()
+    assert [arm for arm, _, _ in calls] == ["shipped", "other:cold_proposals=1", "other:cold_proposals=1", "shipped",
+                                            "shipped", "other:cold_proposals=1"]
+    assert len({cache for _, cache, _ in calls}) == 6 and not any(existed for _, _, existed in calls)
+    rows = {line.split()[0]: line.split()[1:6] for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows == {"shipped": ["3", "of", "6", "(p1=3", "p2=0);"], "other": ["0", "of", "6", "(p1=0", "p2=0);"]}
+
+
 def test_the_matrix_runs_its_targets_and_llama_cpp_peers_in_exact_mode_when_asked(monkeypatch):
     """benchmarks/matrix.py --exact: every target it opens and every llama.cpp peer it runs is in exact mode
     (on a bit-invariant build every answer is then plain decoding's, so a row compares the same text);
