@@ -169,7 +169,6 @@ class DraftPrice:
         self.max_catch_up = max_catch_up  # the drafter's (DrafterEngine.max_catch_up)
         self._window: deque[float] = deque(maxlen=window)
         self._scale = 1.0
-        self._context = 0
         self.start = 0.0
         self.per_token: float | None = None
         if profile is not None:
@@ -177,7 +176,6 @@ class DraftPrice:
 
     def at_context(self, context: int) -> None:
         """Price proposals drafted after ``context`` committed tokens (``start`` and ``per_token``)."""
-        self._context = context
         if self.profile is None:
             return
         per_token = self._pass(1, context)
@@ -197,6 +195,7 @@ class DraftPrice:
             self.per_token = statistics.median(self._window)
             return
         tokens, before = self._fed(untaken, context)
+        # (After a drafted round the first pass takes the anchor and the target's token after the kept ones.)
         shaped = self._pass(max(tokens + 1, 2), before) + self.profile.switch_seconds \
             + (drafted - 1) * self._pass(1, context)
         ratio = seconds / shaped
