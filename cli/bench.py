@@ -60,12 +60,12 @@ def render_reports(reports: list[StrategyReport], cold: bool, sampling: Sampling
                 "same as plain", "python share"):
         table.add_column(col, justify="left" if col == "strategy" else "right", no_wrap=True)
     for r in reports:
-        ours = not r.peer
+        ours, drafts = not r.peer, not (r.peer or r.plain)
         table.add_row(r.name, f"{r.median_throughput:.1f}", _x(r.speedup), _x(r.paired_speedup) if ours else "-",
-                      _spread(r.paired_spread) if ours and r.name != "plain" else "-",
-                      f"{r.acceptance_rate:.1%}" if ours and r.name not in ("plain", PLAIN_AGAIN) else "-",
+                      _spread(r.paired_spread) if ours and r is not reports[0] else "-",  # (the first: the reference)
+                      f"{r.acceptance_rate:.1%}" if drafts else "-",
                       f"{r.tokens_per_target_pass:.2f}" if ours else "-",
-                      f"{r.declined:.1f}" if ours and r.name not in ("plain", PLAIN_AGAIN) else "-",
+                      f"{r.declined:.1f}" if drafts else "-",
                       _x(r.vs_best_fixed_geomean),
                       f"{r.greedy_match:.0%}" if r.greedy_match is not None else "-",
                       f"{r.python_share:.1%}" if r.python_share is not None else "-")

@@ -96,6 +96,7 @@ class StrategyReport:
     # Mean target passes per answer by how many drafted tokens each verified (item 0: plain steps)
     passes_by_verified: list[float] = field(default_factory=list)
     peer: bool = False  # another implementation (no acceptance figures of ours)
+    plain: bool = False  # plain decoding (the first such report is the one every ratio is over)
 
 
 def measure_cost_curve(target: TextModel, context: Sequence[int], sizes: Sequence[int],
@@ -278,7 +279,8 @@ def summarize(trials: Sequence[Trial], strategies: Sequence[Strategy], *, greedy
             passes_by_verified=_mean_counts([t.passes_by_verified for t in mine]),
             greedy_match=(sum(same(s.name, p) for p in prompt_ids) / len(prompt_ids)) if compared and not s.peer
             else None,
-            same_output={p: same(s.name, p) for p in prompt_ids} if compared and not s.peer else {}, peer=s.peer))
+            same_output={p: same(s.name, p) for p in prompt_ids} if compared and not s.peer else {}, peer=s.peer,
+            plain=s.is_plain))
     return reports
 
 

@@ -342,6 +342,7 @@ def test_bench_plain_twice_times_plain_decoding_again_beside_the_first(tiny_fami
     assert result.exit_code == 0, result.output
     reports = json.loads(result.stdout)["reports"]
     assert [r["name"] for r in reports] == ["plain", "plain again", "draft k=1", "draft k=2", "draft adaptive"]
+    assert [r["plain"] for r in reports] == [True, True, False, False, False]  # (what the table tells rows by)
     again = reports[1]
     assert again["passes_by_verified"] == [8.0] and again["vs_best_fixed_geomean"] is None
     low, high = again["paired_spread"]
