@@ -38,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ab_constants import parse_variant  # noqa: E402
 from matrix import TINY, write_case  # noqa: E402
 
+from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
+
 
 def plain_share(histogram: list[int], passes: int, generated: int) -> float:
     """The share of an answer's tokens that came from plain steps: its passes that verified no drafted token
@@ -50,7 +52,6 @@ def answer(args: argparse.Namespace) -> None:
     """The child: every prompt of the set once, a fresh decoder each; one JSON line per answer."""
     from specdec_gguf.benchmark import start_afresh
     from specdec_gguf.factory import make_decoder, open_engine
-    from specdec_gguf.prompts import PROMPT_SETS
     from specdec_gguf.settings import DrafterSettings, EngineSettings
 
     constants = parse_variant(args.child)[1] if ":" in args.child else None
@@ -79,7 +80,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("-n", type=int, default=64)
     parser.add_argument("--processes", type=int, default=30)
-    parser.add_argument("--set", default="default", help="built-in prompts")
+    parser.add_argument("--set", default="default", choices=list(PROMPT_SETS), help="built-in prompts")
     parser.add_argument("--variant", action="append", default=[], help="NAME:field=value,... (repeatable)")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # (an arm's spec: run in a process of its own)
     parser.add_argument("--target", type=Path, help=argparse.SUPPRESS)
