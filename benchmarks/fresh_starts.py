@@ -3,6 +3,7 @@
 Usage:
   python benchmarks/fresh_starts.py CASE [--draft D.gguf] [--kind draft-model|prompt-lookup] [--threads 2]
                                     [-n 64] [--processes 30] [--set default] [--variant NAME:field=value,...]
+                                    [--temp 0.8 --seed 0]
 
 CASE: a tiny family of benchmarks/matrix.py (written to a temporary folder) or a target GGUF path (``--draft``
 for its draft model). Each of ``--processes`` processes, run one after another, starts with an empty user
@@ -10,7 +11,8 @@ cache — no cost profile, no remembered calibration, as a user's first `specdec
 the profiles as such a run does, and answers every prompt of ``--set`` once with the adaptive schedule, a
 fresh decoder per prompt (the later prompts read what the earlier ones stored, as a user's next runs do).
 With ``--variant`` (a ``ScheduleConstants`` change, as ``ab_constants.py`` takes it) each variant runs the same
-number of processes, each in a cache of its own, the arms' processes alternating.
+number of processes, each in a cache of its own, the arms' processes alternating. ``--temp`` samples (process i
+with seed ``--seed`` + i, alike in every arm) instead of decoding greedily.
 
 An answer *stalls* when at least half of its tokens came from plain steps (rounds that verified no drafted
 token). Where drafting pays (tiny-wide, the 16-layer pair) a stall is the schedule pricing drafting out of a
@@ -35,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ab_constants import parse_variant  # noqa: E402
+from ab_constants import parse_variant, sampling_for  # noqa: E402
 from matrix import TINY, write_case  # noqa: E402
 
 from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
@@ -63,7 +65,8 @@ def answer(args: argparse.Namespace) -> None:
         for pid, _, text in PROMPT_SETS[args.set]:
             decoder = make_decoder(target, DrafterSettings(kind=args.kind), draft, constants=constants)
             start_afresh(engines)
-            stats = decoder.generate(target.tokenize(text), args.n, ignore_eog=True).stats
+            stats = decoder.generate(target.tokenize(text), args.n, sampling_for(args.temp, args.seed),
+                                     ignore_eog=True).stats
             print(json.dumps({"prompt": pid, "ms": 1e3 * stats.generation_seconds,
                               "plain": plain_share(stats.accepted_length_histogram, stats.target_passes,
                                                    stats.generated_tokens)}), flush=True)
@@ -82,11 +85,13 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=30)
     parser.add_argument("--set", default="default", choices=list(PROMPT_SETS), help="built-in prompts")
     parser.add_argument("--variant", action="append", default=[], help="NAME:field=value,... (repeatable)")
+    parser.add_argument("--temp", type=float, default=0.0, help="sample at this temperature (0: greedy)")
+    parser.add_argument("--seed", type=int, default=0, help="with --temp: the first process's sampling seed")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # (an arm's spec: run in a process of its own)
     parser.add_argument("--target", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.processes < 1 or args.n < 1:
-        raise SystemExit(f"--processes={args.processes} and -n={args.n} must be >= 1")
+    if args.processes < 1 or args.n < 1 or not args.temp >= 0.0:
+        raise SystemExit(f"--processes={args.processes} and -n={args.n} must be >= 1, --temp={args.temp} >= 0")
     if args.child is not None:
         answer(args)
         return
@@ -106,7 +111,8 @@ def main() -> None:
             for arm in arms if i % 2 == 0 else arms[::-1]:  # (alternating: no arm always runs first)
                 cache = Path(tmp) / f"cache-{arm.partition(':')[0]}-{i}"
                 command = [sys.executable, __file__, args.case, "--child", arm, "--target", str(target), "--kind", args.kind,
-                           "--threads", str(args.threads), "-n", str(args.n), "--set", args.set]
+                           "--threads", str(args.threads), "-n", str(args.n), "--set", args.set,
+                           "--temp", str(args.temp), "--seed", str(args.seed + i)]
                 if draft is not None:
                     command += ["--draft", str(draft)]
                 done = subprocess.run(command, env={**os.environ, "SPECDEC_CACHE_DIR": str(cache)},
@@ -114,7 +120,8 @@ def main() -> None:
                 if done.returncode:
                     raise SystemExit(f"arm {arm!r}, process {i}: exit status {done.returncode}\n{done.stderr}")
                 answers[arm] += [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    print(f"{args.case}, {args.kind}, '{args.set}' prompts, {args.threads} thread(s), {args.n} tokens, "
+    decoding = f"temperature {args.temp}, seed {args.seed} + process" if args.temp > 0 else "greedy"
+    print(f"{args.case}, {args.kind}, {decoding}, '{args.set}' prompts, {args.threads} thread(s), {args.n} tokens, "
           f"{args.processes} processes on an empty user cache each: answers that stalled (half their tokens or "
           "more from plain steps)")
     for arm in arms:

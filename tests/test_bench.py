@@ -625,12 +625,13 @@ def test_fresh_starts_runs_each_process_on_an_empty_cache_of_its_own_and_counts_
     fresh = _benchmark("fresh_starts")
     assert fresh.plain_share([0, 2, 5], 17, 32) == pytest.approx(10 / 32)  # 7 passes verified drafts, 10 plain
     assert fresh.plain_share([], 32, 32) == 1.0
-    calls = []
+    calls, seeds = [], []
 
     def run(command, env, capture_output, text):
         cache = Path(env["SPECDEC_CACHE_DIR"])
         arm = command[command.index("--child") + 1]
         calls.append((arm, cache, cache.exists()))
+        seeds.append(int(command[command.index("--seed") + 1]))
         lines = [{"prompt": "p1", "ms": 10.0, "plain": 0.5 if arm == "shipped" else 0.49},
                  {"prompt": "p2", "ms": 20.0, "plain": 0.1}]
         return SimpleNamespace(returncode=0, stdout="\n".join(json.dumps(line) for line in lines), stderr="")
@@ -643,6 +644,7 @@ def test_fresh_starts_runs_each_process_on_an_empty_cache_of_its_own_and_counts_
     assert [arm for arm, _, _ in calls] == ["shipped", "other:cold_proposals=1", "other:cold_proposals=1", "shipped",
                                             "shipped", "other:cold_proposals=1"]
     assert len({cache for _, cache, _ in calls}) == 6 and not any(existed for _, _, existed in calls)
+    assert seeds == [0, 0, 1, 1, 2, 2]  # (a process's arms sample alike; each process draws other answers)
     rows = {line.split()[0]: line.split()[1:6] for line in capsys.readouterr().out.splitlines()[1:]}
     assert rows == {"shipped": ["3", "of", "6", "(p1=3", "p2=0);"], "other": ["0", "of", "6", "(p1=0", "p2=0);"]}
 
