@@ -135,13 +135,31 @@ def arms(kind: str, fixed: list[int], variants: dict[str, ScheduleConstants], bo
     return strategies
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def case_arguments(parser: argparse.ArgumentParser, kind: str) -> None:
+    """The arguments naming what a run times (shared with fresh_starts.py): the case, its draft, the drafter
+    (``kind`` by default), threads and answer length."""
     parser.add_argument("case", help="a tiny family of benchmarks/matrix.py, or a target GGUF path")
     parser.add_argument("--draft", type=Path, help="the draft model for a target path")
-    parser.add_argument("--kind", choices=["prompt-lookup", "draft-model"], default="prompt-lookup")
+    parser.add_argument("--kind", choices=["prompt-lookup", "draft-model"], default=kind)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("-n", type=int, default=64)
+
+
+def case_models(args: argparse.Namespace, folder: Path) -> tuple[Path, Path | None]:
+    """The target and draft GGUF files of ``args.case`` (a tiny family is written into ``folder``)."""
+    if args.case in TINY:
+        family = write_case(args.case, folder / args.case)
+        target, draft = family.target, family.draft
+    else:
+        target, draft = Path(args.case), args.draft
+    if args.kind == "draft-model" and draft is None:
+        raise SystemExit("--kind draft-model needs a draft model (--draft)")
+    return target, draft
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    case_arguments(parser, "prompt-lookup")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--k", default="", help="fixed k arms (comma-separated)")
     parser.add_argument("--adaptive-k", default="",
@@ -171,13 +189,7 @@ def main() -> None:
             shutil.copytree(args.cache_from, Path(tmp) / "cache")
         if not args.shared_store:
             own_stores(strategies, Path(tmp) / "stores", Path(tmp) / "cache" / "calibrations")
-        if args.case in TINY:
-            family = write_case(args.case, Path(tmp) / args.case)
-            target_path, draft_path = family.target, family.draft
-        else:
-            target_path, draft_path = Path(args.case), args.draft
-        if args.kind == "draft-model" and draft_path is None:
-            raise SystemExit("--kind draft-model needs a draft model (--draft)")
+        target_path, draft_path = case_models(args, Path(tmp))
         target = open_engine(EngineSettings(model=target_path, n_ctx=2048, n_threads=args.threads))
         draft = open_engine(EngineSettings(model=draft_path, n_ctx=2048, n_threads=args.threads)) \
             if args.kind == "draft-model" else None

@@ -37,17 +37,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ab_constants import parse_variant, sampling_for  # noqa: E402
-from matrix import TINY, write_case  # noqa: E402
+from ab_constants import case_arguments, case_models, parse_variant, sampling_for  # noqa: E402
 
 from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
+from specdec_gguf.stats import SpecStats  # noqa: E402
 
 
-def plain_share(histogram: list[int], passes: int, generated: int) -> float:
-    """The share of an answer's tokens that came from plain steps: its passes that verified no drafted token
-    (those not in ``histogram``, SpecStats.accepted_length_histogram, which counts the rounds that did), one
-    token each, over the ``generated`` tokens."""
-    return (passes - sum(histogram)) / generated if generated else 0.0
+def plain_share(stats: SpecStats) -> float:
+    """The share of an answer's tokens that came from plain steps (passes that verified no drafted token, one
+    token each: ``SpecStats.passes_by_verified[0]``)."""
+    return stats.passes_by_verified[0] / stats.generated_tokens if stats.generated_tokens else 0.0
 
 
 def answer(args: argparse.Namespace) -> None:
@@ -67,9 +66,8 @@ def answer(args: argparse.Namespace) -> None:
             start_afresh(engines)
             stats = decoder.generate(target.tokenize(text), args.n, sampling_for(args.temp, args.seed),
                                      ignore_eog=True).stats
-            print(json.dumps({"prompt": pid, "ms": 1e3 * stats.generation_seconds,
-                              "plain": plain_share(stats.accepted_length_histogram, stats.target_passes,
-                                                   stats.generated_tokens)}), flush=True)
+            print(json.dumps({"prompt": pid, "ms": 1e3 * stats.generation_seconds, "plain": plain_share(stats)}),
+                  flush=True)
     finally:
         for engine in engines:
             engine.close()
@@ -77,11 +75,7 @@ def answer(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("case", help="a tiny family of benchmarks/matrix.py, or a target GGUF path")
-    parser.add_argument("--draft", type=Path, help="the draft model for a target path")
-    parser.add_argument("--kind", choices=["prompt-lookup", "draft-model"], default="draft-model")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("-n", type=int, default=64)
+    case_arguments(parser, "draft-model")
     parser.add_argument("--processes", type=int, default=30)
     parser.add_argument("--set", default="default", choices=list(PROMPT_SETS), help="built-in prompts")
     parser.add_argument("--variant", action="append", default=[], help="NAME:field=value,... (repeatable)")
@@ -99,13 +93,7 @@ def main() -> None:
         parse_variant(spec)  # (refuse a bad variant before any process runs)
     arms = ["shipped"] + args.variant
     with tempfile.TemporaryDirectory() as tmp:
-        if args.case in TINY:
-            family = write_case(args.case, Path(tmp) / args.case)
-            target, draft = family.target, family.draft
-        else:
-            target, draft = Path(args.case), args.draft
-        if args.kind == "draft-model" and draft is None:
-            raise SystemExit("--kind draft-model needs a draft model (--draft)")
+        target, draft = case_models(args, Path(tmp))
         answers: dict[str, list[dict]] = {arm: [] for arm in arms}
         for i in range(args.processes):
             for arm in arms if i % 2 == 0 else arms[::-1]:  # (alternating: no arm always runs first)

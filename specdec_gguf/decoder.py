@@ -205,7 +205,8 @@ class SpeculativeDecoder:
                     proposal = NO_PROPOSAL
                 t_verify = clock()
                 out = target.forward_proposal(context[-1], proposal, greedy=greedy)
-                t_passed = clock()  # (a plain step's price: the pass alone, what plain decoding's rounds pay too)
+                # (A plain step's price: the pass alone, what plain decoding's rounds pay too.)
+                t_passed = t_verify if proposal.tokens else clock()
                 # A declined proposal still shows whether its first token was right: the plain step just
                 # produced the target's own token there (greedy), or the chance it would have been
                 # accepted (sampled).

@@ -623,8 +623,23 @@ def test_fresh_starts_runs_each_process_on_an_empty_cache_of_its_own_and_counts_
     from types import SimpleNamespace
 
     fresh = _benchmark("fresh_starts")
-    assert fresh.plain_share([0, 2, 5], 17, 32) == pytest.approx(10 / 32)  # 7 passes verified drafts, 10 plain
-    assert fresh.plain_share([], 32, 32) == 1.0
+    from specdec_gguf.stats import SpecStats
+
+    answer = SpecStats()
+    for _ in range(3):
+        answer.record_round(1, 1, 2)
+    for _ in range(4):
+        answer.record_round(3, 3, 4)
+    for _ in range(7):
+        answer.record_round(0, 0, 1, declined=True)
+    for _ in range(3):
+        answer.record_round(0, 0, 1)
+    assert answer.generated_tokens == 32 and answer.target_passes == 17
+    assert fresh.plain_share(answer) == pytest.approx(10 / 32)  # 7 passes verified drafts, 10 plain
+    plain = SpecStats()
+    for _ in range(32):
+        plain.record_round(0, 0, 1)
+    assert fresh.plain_share(plain) == 1.0
     calls, seeds = [], []
 
     def run(command, env, capture_output, text):
