@@ -43,6 +43,7 @@ def calibrate(
     try:
         profile = measure(engine, size_list, repeats, token=max(engine.bos_token, 0))
         profile.key = engine.profile_key
+        attention = getattr(engine, "attention", None)  # (flash attention timed on a CPU: see docs/configuration.md)
     finally:
         engine.close()
     saved = save_profile and profile.plausible
@@ -50,7 +51,8 @@ def calibrate(
         save(profile)
     if json_out:
         print(json.dumps({**profile.as_dict(), "ratios": {str(n): r for n, r in profile.ratios().items()},
-                          "plausible": profile.plausible, "saved": saved}))
+                          "plausible": profile.plausible, "saved": saved,
+                          "attention": attention.as_dict() if attention is not None else None}))
         return
     table = Table(title=f"{model.name}: one target pass over n tokens", header_style="bold")
     for col in ("n", "seconds", "vs n=1", "per token"):
@@ -70,6 +72,8 @@ def calibrate(
     else:
         console.print("the long-context passes were not timed (no room in the calibration budget or the context): "
                       "costs are taken as the same at any context")
+    if attention is not None:
+        console.print(attention.summary())
     note = ""
     if saved:
         note = "; saved, so runs with these settings start knowing the curve"

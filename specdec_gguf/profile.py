@@ -300,14 +300,22 @@ def _path_for(key: str) -> Path:
 
 def load_cached(key: str) -> CostProfile | None:
     """The cached profile for ``key``, or None (missing, unreadable or for another key)."""
+    data = read_cache_file(_path_for(key), key, FORMAT)
     try:
-        data = json.loads(_path_for(key).read_text(encoding="utf-8"))
-        if data.get("format") != FORMAT or data.get("key") != key:
-            return None
-        profile = CostProfile.from_dict(data)
-        return profile if profile.plausible else None  # written by an older version under load: measure again
-    except (OSError, ValueError, KeyError, TypeError, ConfigError):
+        profile = CostProfile.from_dict(data) if data is not None else None
+    except (ValueError, KeyError, TypeError, ConfigError):
         return None
+    return profile if profile is not None and profile.plausible else None  # (implausible: an older version's, under load)
+
+
+def read_cache_file(path: Path, key: str, fmt: int) -> dict | None:
+    """The JSON object ``write_cache_file`` wrote to ``path`` for ``key`` in format ``fmt`` (None: missing,
+    unreadable, or another key's or format's)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("format") == fmt and data.get("key") == key else None
 
 
 def save(profile: CostProfile) -> None:

@@ -351,6 +351,10 @@ def test_calibrate_prints_and_caches_the_cost_curve(tiny_family, tmp_path, monke
     assert again.exit_code == 0 and "│ 4 │" in again.stdout and "│ 9 │" not in again.stdout
     assert out["long_context"] == 128 and set(out["long_seconds"]) == {"1", "9"}  # a tiny model: it fits
     assert "after 128 tokens of context: n=1" in again.stdout and "n=4" in again.stdout
+    # Flash attention was timed both ways on this CPU; the table's run says which it kept (cached by then).
+    assert set(out["attention"]["seconds"]) == {"on", "off"} and isinstance(out["attention"]["flash_attn"], bool)
+    kept = "on" if out["attention"]["flash_attn"] else "off"
+    assert f"flash attention {kept} (a 1-token + 5-token pass after 256 tokens" in again.stdout
     bad = invoke("calibrate", tiny_family.target, "--sizes", "0,x")
     assert bad.exit_code == 1 and "--sizes" in bad.stderr
 

@@ -24,6 +24,7 @@ from ...modelfile import RECURRENT_ARCHES, validate_gguf
 from ...settings import EngineSettings
 from .backends import add_rpc_servers, build_id, device_list, extra_buffers_allowed
 from .exactness import apply_environment, note_compute, self_test, tiled_invariant
+from .attention import AttentionChoice, choose_flash_attn
 from .checkpoint import StateCheckpoint
 from .runtime import LogCapture, ensure_initialised
 from .vocab import LlamaVocab
@@ -150,8 +151,18 @@ class LlamaCppEngine(EngineBase):
         cparams.n_seq_max = 1
         cparams.n_threads = threads
         cparams.n_threads_batch = s.n_threads_batch or threads
-        cparams.flash_attn_type = _FLASH_ATTN["off" if s.exact else s.flash_attn]
         cparams.no_perf = True
+        self.attention: AttentionChoice | None = None  # flash attention chosen by timing (see attention.py)
+        if s.exact:
+            cparams.flash_attn_type = _FLASH_ATTN["off"]
+        elif s.flash_attn == "auto" and self._on_cpu(s) and not self._recurrent():
+            with self.log.active():
+                self.attention = choose_flash_attn(self._model, cparams, self._speed_key(), self._probe_token(),
+                                                   s.n_ctx)
+            chosen = self.attention.flash_attn
+            cparams.flash_attn_type = _FLASH_ATTN["auto" if chosen is None else "on" if chosen else "off"]
+        else:
+            cparams.flash_attn_type = _FLASH_ATTN[s.flash_attn]
         self._ctx = lc.llama_init_from_model(self._model, cparams)
         self._raise_if_interrupted()
         if not self._ctx:
@@ -337,13 +348,32 @@ class LlamaCppEngine(EngineBase):
     @cached_property
     def profile_key(self) -> str:
         """Model file identity, the settings that change speed, the build and the machine."""
+        chosen = None if self.attention is None else self.attention.flash_attn
+        return self._speed_key(flash_attn_chosen=chosen)
+
+    def _speed_key(self, **more: object) -> str:
+        """``profile_key``'s parts known before the context exists (and ``more``)."""
         stat = self.model_path.stat()
         s = self.settings
         speed = {k: v for k, v in s.engine_kwargs().items() if k not in ("n_ctx", "rollback", "use_mmap")}
         return json.dumps({"file": [str(self.model_path.resolve()), stat.st_size, stat.st_mtime_ns],
                            "settings": speed, "threads": self._threads, "build": build_id(),
-                           "tiled_matmul": tiled_invariant(), "extra_buffers": self.extra_buffers},  # exact mode sets it for the process
-                          sort_keys=True, default=str)
+                           "tiled_matmul": tiled_invariant(), "extra_buffers": self.extra_buffers,  # exact mode sets it for the process
+                           **more}, sort_keys=True, default=str)
+
+    @staticmethod
+    def _on_cpu(s: EngineSettings) -> bool:
+        """Whether the model's layers run on the CPU (no offload, no devices named): where flash attention
+        is timed before it is chosen."""
+        return s.n_gpu_layers == 0 and not s.devices and not s.rpc_servers
+
+    def _recurrent(self) -> bool:
+        """Whether the model keeps a recurrent state (its memory can't be cut back: nothing to time there)."""
+        return bool(lc.llama_model_is_recurrent(self._model) or lc.llama_model_is_hybrid(self._model))
+
+    def _probe_token(self) -> int:
+        """A token to time passes with: the model's BOS token, else 0."""
+        return max(int(lc.llama_vocab_bos(lc.llama_model_get_vocab(self._model))), 0)
 
     def _open_vocab(self) -> LlamaVocab:
         """The vocabulary, which lives inside the model: reading it after close() would touch freed memory."""

@@ -1,0 +1,184 @@
+"""Flash attention on or off for a model that runs on the CPU, chosen by timing both (``flash_attn="auto"``).
+
+llama.cpp's own "auto" turns flash attention on wherever the backend has it. On a CPU its kernel for
+fewer than 64 query rows (every plain step and verify pass) walks the cached keys one at a time, so
+a pass grows dearer with the context much faster than with the matrix products it replaces:
+measured on a 2-core Intel Xeon (Q4_K_M, head size 64), a 24-layer d1024 model's plain step after
+~350 tokens of context took 25 ms with it and 18 ms without, its 9-token verify pass 80 and 49 ms,
+and 64-token answers ran 1.3x-1.6x faster without it wherever the prompt was 200-380 tokens long
+(0.83x-0.85x at 32-57 tokens); Gemma 3 270M (head size 256, one KV head) ran 0.93x-1.03x without it.
+Neither setting wins on every model, so a model that runs on the CPU times both once, after
+``PROBE_CONTEXT`` tokens of context (a chat turn with its template), and turns it off where that is
+clearly faster (``OFF_MARGIN``); the
+choice is cached per model file, threads, batch settings and llama.cpp build (beside the cost profiles).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import llama_cpp as lc
+
+from ...profile import cache_dir, read_cache_file, write_cache_file
+
+PROBE_CONTEXT = 256  # tokens of context both settings are timed after
+PROBE_SIZES = (1, 5)  # a plain step and a verify pass: the choice minimises their sum ...
+# ... where off saves at least this share of it; where the two are closer, llama.cpp's choice (on) stands:
+# it wins at short contexts (Gemma 3 270M, on against off, 47.8 / 47.6 ms and 42.3 / 43.5 ms in two timings,
+# ran plain steps 5-8% faster with it on after 12-190 tokens).
+OFF_MARGIN = 0.9
+PROBE_REPEATS = 4  # the fastest of this many timings of each pass (the first also builds its graph)
+# Seconds the two contexts' prefills may take, estimated from their first 16 and 64 tokens' pace: a model slower than
+# that (weights, not attention, decide its costs) keeps llama.cpp's own choice untimed.
+PROBE_BUDGET = 1.5
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class AttentionChoice:
+    """Whether flash attention is on (None: as llama.cpp chooses, untimed), and the timings that chose it
+    (seconds of a pass by size, per setting)."""
+
+    flash_attn: bool | None
+    seconds: dict[str, dict[int, float]] = field(default_factory=dict)  # "on" / "off" -> n -> seconds
+    context: int = PROBE_CONTEXT
+    from_cache: bool = False
+    probe_seconds: float = 0.0  # how long timing both took (0 when read from the cache)
+
+    def summary(self) -> str:
+        """One line for people: the choice and what it rests on."""
+        if self.flash_attn is None:
+            return "flash attention as llama.cpp chooses (not timed: too slow a model, or no room in the context)"
+        timed = ", ".join(f"{name} {sum(by_n.values()) * 1e3:.1f} ms" for name, by_n in sorted(self.seconds.items()))
+        sizes = " + ".join(f"{n}-token" for n in PROBE_SIZES)
+        return (f"flash attention {'on' if self.flash_attn else 'off'} (a {sizes} pass after {self.context} "
+                f"tokens: {timed}{'; cached' if self.from_cache else ''})")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"flash_attn": self.flash_attn, "context": self.context, "from_cache": self.from_cache,
+                "probe_seconds": self.probe_seconds,
+                "seconds": {name: {str(n): s for n, s in by_n.items()} for name, by_n in self.seconds.items()}}
+
+
+def choose_flash_attn(model: Any, cparams: Any, key: str, token: int, n_ctx: int) -> AttentionChoice:
+    """Flash attention on or off for ``model`` with context parameters like ``cparams`` (its thread and
+    batch settings), read from the cache under ``key`` or timed now in two short-lived contexts and cached.
+    ``n_ctx``: the engine's context; the timing stays within it. ``token``: the token the timed passes feed."""
+    cached = _load(key)
+    if cached is not None:
+        return cached
+    context = min(PROBE_CONTEXT, n_ctx - max(PROBE_SIZES))
+    if context < 1:
+        return AttentionChoice(flash_attn=None, context=0)  # (no room to time: llama.cpp's own choice)
+    began = time.perf_counter()
+    seconds = _time_both(model, cparams, context, token)
+    flash: bool | None = None  # (too slow to time within the budget, or no context made: llama.cpp's choice)
+    if seconds:
+        flash = not sum(seconds["off"].values()) < OFF_MARGIN * sum(seconds["on"].values())
+    choice = AttentionChoice(flash_attn=flash, seconds=seconds, context=context,
+                             probe_seconds=time.perf_counter() - began)
+    write_cache_file(_path_for(key), {"format": FORMAT, "key": key, **choice.as_dict()})
+    return choice
+
+
+def _time_both(model: Any, cparams: Any, context: int, token: int) -> dict[str, dict[int, float]]:
+    """Per setting ("on", "off"), the fastest of ``PROBE_REPEATS`` timings of each ``PROBE_SIZES`` pass after
+    ``context`` tokens, each setting in a context of its own, the two timed in turn (a busy moment slows
+    both alike). Empty if llama.cpp could not make a context or taking in the context would not fit in
+    ``PROBE_BUDGET``."""
+    probes: dict[str, _Probe] = {}
+    try:
+        for name, fa in (("on", lc.LLAMA_FLASH_ATTN_TYPE_ENABLED), ("off", lc.LLAMA_FLASH_ATTN_TYPE_DISABLED)):
+            probe = _Probe.open(model, cparams, fa, context)
+            if probe is None:
+                return {}
+            probes[name] = probe
+            if not probe.take_in(token, PROBE_BUDGET / 2):
+                return {}
+        best: dict[str, dict[int, float]] = {name: {} for name in probes}
+        for _ in range(PROBE_REPEATS):
+            for n in PROBE_SIZES:
+                for name, probe in probes.items():
+                    best[name][n] = min(best[name].get(n, float("inf")), probe.time(n, token))
+        return best
+    except RuntimeError:
+        return {}
+    finally:
+        for probe in probes.values():
+            probe.close()
+
+
+class _Probe:
+    """A short-lived llama.cpp context with one flash attention setting, for timing passes after a context."""
+
+    def __init__(self, ctx: Any, batch: Any, context: int) -> None:
+        self.ctx, self.batch, self.context = ctx, batch, context
+        self.memory = lc.llama_get_memory(ctx)
+
+    @classmethod
+    def open(cls, model: Any, cparams: Any, flash_attn: int, context: int) -> _Probe | None:
+        """A context like ``cparams`` (threads) with room for ``context`` tokens and the largest pass; None if
+        llama.cpp could not make it."""
+        params = lc.llama_context_default_params()
+        for name in ("n_threads", "n_threads_batch", "no_perf"):
+            setattr(params, name, getattr(cparams, name))
+        params.n_ctx = params.n_batch = params.n_ubatch = context + max(PROBE_SIZES)
+        params.n_seq_max = 1
+        params.flash_attn_type = flash_attn
+        ctx = lc.llama_init_from_model(model, params)
+        return cls(ctx, lc.llama_batch_init(params.n_batch, 0, 1), context) if ctx else None
+
+    def take_in(self, token: int, limit: float) -> bool:
+        """Fill the context in three passes, each a check of the pace: 16 tokens (4x the limit: a pass that
+        short overstates it), to 64 (the limit), then the rest in one batch (as a prompt's prefill). False
+        (stopped) where taking in all of it would take longer than ``limit`` seconds."""
+        done, context = 0, self.context
+        for upto, slack in ((16, 4.0), (64, 1.0), (context, None)):
+            upto = min(upto, context)
+            if upto > done:
+                took = self._decode(done, upto - done, token)
+                if slack is not None and took / (upto - done) * context > slack * limit:
+                    return False
+                done = upto
+        return True
+
+    def time(self, n: int, token: int) -> float:
+        """Seconds of one pass over ``n`` tokens after the context, every row with logits (as a verify pass)."""
+        lc.llama_memory_seq_rm(self.memory, 0, self.context, -1)
+        return self._decode(self.context, n, token)
+
+    def _decode(self, start: int, n: int, token: int) -> float:
+        batch = self.batch
+        batch.n_tokens = n
+        for i in range(n):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, start + i, 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = int(start + i >= self.context)
+        t0 = time.perf_counter()
+        if lc.llama_decode(self.ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        lc.llama_batch_free(self.batch)
+        lc.llama_free(self.ctx)
+
+
+def _path_for(key: str) -> Path:
+    return cache_dir() / f"attention-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+def _load(key: str) -> AttentionChoice | None:
+    """The cached choice for ``key`` (None: missing, unreadable or another key's)."""
+    data = read_cache_file(_path_for(key), key, FORMAT)
+    try:
+        flash = data["flash_attn"]  # type: ignore[index]
+        return AttentionChoice(flash_attn=None if flash is None else bool(flash), context=int(data["context"]),
+                               from_cache=True, seconds={name: {int(n): float(s) for n, s in by_n.items()}
+                                                         for name, by_n in data["seconds"].items()})
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None

@@ -1,0 +1,110 @@
+"""flash_attn="auto" on the CPU: both settings timed once, the faster one used, the choice cached."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from specdec_gguf.engines import LlamaCppEngine
+from specdec_gguf.engines.llama_cpp import attention
+
+CONTEXT = list(range(5, 305))  # long enough that the two settings' logits differ in their last bits
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """An empty user cache for this test alone (the choice is cached per model file)."""
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def _open(tiny_family, **kw) -> LlamaCppEngine:
+    return LlamaCppEngine(tiny_family.target, n_ctx=512, n_batch=64, n_threads=1, **kw)
+
+
+def _last_logits(engine: LlamaCppEngine) -> np.ndarray:
+    engine.reset(0)
+    engine.advance(CONTEXT[:-3])
+    return engine.forward_logits(CONTEXT[-3:]).copy()
+
+
+def _logits_with(tiny_family, flash_attn: str) -> np.ndarray:
+    engine = _open(tiny_family, flash_attn=flash_attn)
+    try:
+        return _last_logits(engine)
+    finally:
+        engine.close()
+
+
+def test_auto_times_both_settings_and_runs_with_the_faster(tiny_family, own_cache):
+    engine = _open(tiny_family)
+    try:
+        choice = engine.attention
+        assert choice is not None and not choice.from_cache
+        assert set(choice.seconds) == {"on", "off"}
+        assert all(set(by_n) == set(attention.PROBE_SIZES) and min(by_n.values()) > 0 for by_n in choice.seconds.values())
+        on, off = (sum(choice.seconds[name].values()) for name in ("on", "off"))
+        assert choice.flash_attn == (off >= attention.OFF_MARGIN * on)  # (off only where clearly faster)
+        auto = _last_logits(engine)
+    finally:
+        engine.close()
+    chosen, other = ("on", "off") if choice.flash_attn else ("off", "on")
+    # The engine's context runs with the chosen setting: bit for bit its logits, not the other's.
+    np.testing.assert_array_equal(auto, _logits_with(tiny_family, chosen))
+    assert not np.array_equal(auto, _logits_with(tiny_family, other))
+
+
+def test_a_cached_choice_is_used_without_timing_and_keys_the_cost_profile(tiny_family, own_cache, monkeypatch):
+    first = _open(tiny_family)
+    timed, key = first.attention, first.profile_key
+    first.close()
+    (path,) = own_cache.glob("profiles/attention-*.json")
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("timed again although the choice was cached")
+
+    monkeypatch.setattr(attention, "_time_both", no_timing)
+    again = _open(tiny_family)
+    assert again.attention.from_cache and again.attention.flash_attn == timed.flash_attn
+    assert again.profile_key == key
+    again.close()
+
+    # The cache decides: flipped there, the next engine runs with the other setting, and its cost profile
+    # (timed with one setting) is not the one cached for the other.
+    data = json.loads(path.read_text())
+    data["flash_attn"] = not timed.flash_attn
+    path.write_text(json.dumps(data))
+    flipped = _open(tiny_family)
+    try:
+        assert flipped.attention.flash_attn is not timed.flash_attn
+        assert flipped.profile_key != key
+        logits = _last_logits(flipped)
+    finally:
+        flipped.close()
+    np.testing.assert_array_equal(logits, _logits_with(tiny_family, "on" if not timed.flash_attn else "off"))
+
+
+def test_nothing_is_timed_when_the_setting_is_given_or_exact(tiny_family, own_cache, monkeypatch):
+    def no_timing(*args, **kwargs):
+        raise AssertionError("timed although nothing was left to choose")
+
+    monkeypatch.setattr(attention, "_time_both", no_timing)
+    for kw in ({"flash_attn": "on"}, {"flash_attn": "off"}, {"exact": "warn"}):
+        engine = _open(tiny_family, **kw)
+        assert engine.attention is None, kw
+        engine.close()
+    assert not list(own_cache.glob("profiles/attention-*.json"))
+
+
+def test_a_model_too_slow_to_time_keeps_llama_cpps_choice(tiny_family, own_cache, monkeypatch):
+    monkeypatch.setattr(attention, "PROBE_BUDGET", 1e-9)  # every model is "too slow" for it
+    engine = _open(tiny_family)
+    try:
+        assert engine.attention.flash_attn is None and not engine.attention.seconds
+        assert "not timed" in engine.attention.summary()
+        logits = _last_logits(engine)
+    finally:
+        engine.close()
+    np.testing.assert_array_equal(logits, _logits_with(tiny_family, "on"))  # (llama.cpp's "auto" on a CPU: on)
