@@ -912,3 +912,27 @@ def test_round_overhead_by_round_times_every_round_and_names_what_it_did(tiny_en
         else:
             assert len(kinds) == len(rounds) and kinds[0] == "consulted" and kinds[-1] == "last"
             assert set(kinds) <= set(round_overhead.KINDS)
+
+
+def test_flash_attention_times_both_settings_per_prompt_and_says_what_auto_chose(monkeypatch, capsys, tmp_path):
+    """benchmarks/flash_attention.py on a tiny family: a row per prompt with its length, each setting's plain and
+    adaptive milliseconds, their ratios, and what flash_attn="auto" chose for the target. Fails if a ratio were
+    not the quotient of the columns it names, or a prompt's row were missing."""
+    import sys
+
+    from specdec_gguf.prompts import PROMPT_SETS
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+    bench = _benchmark("flash_attention")
+    monkeypatch.setattr(sys, "argv", ["flash_attention.py", "tiny-f32", "--threads", "1", "-n", "4", "--repeats", "1",
+                                      "--set", "short"])
+    bench.main()
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line.split()[1:] for line in lines[2:-1]}
+    assert list(rows) == [pid for pid, _, _ in PROMPT_SETS["short"]]
+    for cells in rows.values():
+        p_on, p_off, ratio, a_on, a_off, a_ratio, up_on, up_off = (float(c.rstrip("x")) for c in cells[1:])
+        assert int(cells[0]) > 0 and min(p_on, p_off, a_on, a_off) > 0
+        assert ratio == pytest.approx(p_on / p_off, rel=0.03) and a_ratio == pytest.approx(a_on / a_off, rel=0.03)
+        assert up_on == pytest.approx(p_on / a_on, rel=0.03) and up_off == pytest.approx(p_off / a_off, rel=0.03)
+    assert lines[-1].startswith('flash_attn="auto" for this target: flash attention ')
