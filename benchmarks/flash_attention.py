@@ -3,6 +3,7 @@
 Usage:
   python benchmarks/flash_attention.py CASE [--draft D.gguf] [--kind prompt-lookup|draft-model] [--threads 2]
                                        [-n 64] [--repeats 3] [--set default]
+  python benchmarks/flash_attention.py MODEL.gguf --curve [--threads 2]
 
 CASE: a tiny family of benchmarks/matrix.py (written to a temporary folder) or a target GGUF path (``--draft``
 for its draft model). Opens the target (and draft) twice, once with ``flash_attn="on"`` and once with
@@ -13,6 +14,9 @@ only, not the prefill) for each setting and decoding, on over off (above 1: off 
 adaptive speed-up over its own plain decoding; then what ``flash_attn="auto"`` chooses for this target
 (``LlamaCppEngine.attention``: timed once per model, threads and build, cached). Greedy output may differ
 between the settings (their sums round differently), not within one. Run it on an otherwise idle machine.
+
+``--curve``: only the passes themselves — one pass over n = 1, 2, 5, 9, 17 tokens after 16, 128, 350 and 1000
+tokens of context, each setting (the fastest of 4; no logits, so the output layer's share is left out).
 """
 
 from __future__ import annotations
@@ -42,9 +46,13 @@ def main() -> None:
     case_arguments(parser, "prompt-lookup")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--set", default="default", choices=list(PROMPT_SETS), help="built-in prompts")
+    parser.add_argument("--curve", action="store_true", help="time the passes only (see above)")
     args = parser.parse_args()
     if args.repeats < 1 or args.n < 1:
         raise SystemExit(f"--repeats={args.repeats} and -n={args.n} must be >= 1")
+    if args.curve:
+        curve(Path(args.case), args.threads)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         target_path, draft_path = case_models(args, Path(tmp))
         engines = {}
@@ -74,6 +82,29 @@ def main() -> None:
         print(f"  {pid:<16}{tokens:>6}  {p_on:>9.2f} {p_off:>8.2f} {p_on / p_off:>6.2f}x  {a_on:>11.2f} {a_off:>8.2f} "
               f"{a_on / a_off:>6.2f}x  {p_on / a_on:>10.2f}x {p_off / a_off:>5.2f}x")
     print(f"flash_attn=\"auto\" for this target: {choice.summary() if choice is not None else 'llama.cpp chooses'}")
+
+
+def curve(model: Path, threads: int, sizes: tuple[int, ...] = (1, 2, 5, 9, 17),
+          contexts: tuple[int, ...] = (16, 128, 350, 1000)) -> None:
+    """Print the fastest of 4 timings of a pass over each of ``sizes`` tokens after each of ``contexts``, per setting."""
+    import time
+
+    print(f"{model.name}, {threads} thread(s): ms of one pass over n tokens after a context (fastest of 4, no logits)")
+    for setting in SETTINGS:
+        engine = open_engine(EngineSettings(model=model, n_ctx=2048, n_threads=threads, flash_attn=setting))
+        try:
+            for context in contexts:
+                best = {}
+                for n in sizes:
+                    for _ in range(4):
+                        engine.reset(0)
+                        engine.advance([5] * context)
+                        began = time.perf_counter()
+                        engine.advance([7] * n)
+                        best[n] = min(best.get(n, float("inf")), time.perf_counter() - began)
+                print(f"  {setting:<4} after {context:>4}: " + "  ".join(f"n={n} {s * 1e3:7.2f}" for n, s in best.items()))
+        finally:
+            engine.close()
 
 
 def run(args: argparse.Namespace, engines: dict) -> dict[tuple[str, str, str], list[float]]:

@@ -165,23 +165,30 @@ def bench(
         prompts = [p for p in prompts if p[0] in wanted]
         if not prompts:
             raise ConfigError(f"--only {only!r} matches no prompt id")
-    llama_peers = []
+    binary = None
     if "llama.cpp" in peers:
-        from specdec_gguf.peers import NGRAM_MODES, LlamaCppPeer, find_llama_speculative
+        from specdec_gguf.peers import find_llama_speculative
 
-        binary = find_llama_speculative(peer_bin)
-        exact_peer = bool(exact or exact_warn)  # (llama.cpp with our exact target's settings)
-        if prompt_lookup:
-            llama_peers += [LlamaCppPeer(binary, model, mode, threads=threads, n_ctx=ctx_size, exact=exact_peer)
-                            for mode in NGRAM_MODES]
-        if draft_model:
-            llama_peers.append(LlamaCppPeer(binary, model, "draft-simple", draft=draft_model, threads=threads,
-                                            draft_max=adaptive_k or 8, n_ctx=ctx_size, exact=exact_peer))
+        binary = find_llama_speculative(peer_bin)  # (refused before any model loads when it is missing)
     target = open_engine(EngineSettings(model=model, n_ctx=ctx_size, n_threads=threads, n_gpu_layers=n_gpu_layers,
                                         exact=exact_flag(exact, exact_warn) or False, python=target_python),
                          verbose=verbose)
     report_exactness(target, "target")
     exactness = exactness_json(("target", target))
+    llama_peers = []
+    if binary is not None:
+        from specdec_gguf.peers import NGRAM_MODES, LlamaCppPeer
+
+        # llama.cpp with our target's settings: exact mode's, and flash attention as "auto" chose it here.
+        exact_peer = bool(exact or exact_warn)
+        attention = getattr(target, "attention", None)
+        same = dict(threads=threads, n_ctx=ctx_size, exact=exact_peer,
+                    flash_attn=attention.flash_attn if attention is not None else None)
+        if prompt_lookup:
+            llama_peers += [LlamaCppPeer(binary, model, mode, **same) for mode in NGRAM_MODES]
+        if draft_model:
+            llama_peers.append(LlamaCppPeer(binary, model, "draft-simple", draft=draft_model, draft_max=adaptive_k or 8,
+                                            **same))
     draft = None
     try:
         if draft_model:

@@ -57,6 +57,7 @@ DeviceDraftOpt = Annotated[Optional[str], typer.Option("-devd", "--device-draft"
 TargetPythonOpt = Annotated[Optional[str], typer.Option("--target-python", help="Run the target in this interpreter (another llama.cpp build); a path, or a name looked up on PATH.", rich_help_panel=PLACEMENT)]
 DraftPythonOpt = Annotated[Optional[str], typer.Option("--draft-python", help="Run the draft in this interpreter.", rich_help_panel=PLACEMENT)]
 RpcOpt = Annotated[Optional[str], typer.Option("--rpc", help="llama.cpp RPC servers for the target, comma-separated host:port (GGML_RPC builds).", rich_help_panel=PLACEMENT)]
+FlashAttnOpt = Annotated[Optional[str], typer.Option("-fa", "--flash-attn", help="Flash attention for both models: auto (on a CPU: timed on and off once, off where clearly faster; cached), on, off.", rich_help_panel=PLACEMENT)]
 ExactOpt = Annotated[bool, typer.Option("--exact", help="Exact mode for the target: batch-invariant settings and a self-test at load; an error unless greedy output will be bit-identical to plain decoding (docs/exactness.md).", rich_help_panel=MODEL)]
 ExactWarnOpt = Annotated[bool, typer.Option("--exact-warn", help="Exact mode, but only warn when the self-test finds this build or model not bit-invariant.", rich_help_panel=MODEL)]
 ChatTemplateOpt = Annotated[Optional[str], typer.Option("--chat-template", help="Chat template: a llama.cpp built-in name (chatml, llama3, gemma, ...) or a Jinja file; default: the model file's own.", rich_help_panel=CHAT)]
@@ -107,7 +108,7 @@ def resolve_settings(*, model: ModelOpt = None, draft_model: DraftModelOpt = Non
                      n_gpu_layers: NGpuLayersOpt = None, draft_n_gpu_layers: DraftNGpuLayersOpt = None,
                      device: DeviceOpt = None, device_draft: DeviceDraftOpt = None,
                      target_python: TargetPythonOpt = None, draft_python: DraftPythonOpt = None, rpc: RpcOpt = None,
-                     exact: ExactOpt = False, exact_warn: ExactWarnOpt = False) -> ModelSettings:
+                     flash_attn: FlashAttnOpt = None, exact: ExactOpt = False, exact_warn: ExactWarnOpt = False) -> ModelSettings:
     """The shared flags (and ``--config``) as validated settings. Its parameters are the flags `run` and
     `serve` take (``with_model_settings``), in the order their help lists them."""
     cfg = load_batch_config(config, require_prompts=False) if config else None
@@ -119,7 +120,7 @@ def resolve_settings(*, model: ModelOpt = None, draft_model: DraftModelOpt = Non
         raise ConfigError("no target model: pass -m/--model or --config with a [target] table")
     target = _engine_settings(
         cfg_target, model, n_ctx=ctx_size, n_threads=threads, n_gpu_layers=n_gpu_layers, python=target_python,
-        rpc_servers=_split(rpc), devices=_split(device), exact=exact_flag(exact, exact_warn))
+        rpc_servers=_split(rpc), devices=_split(device), flash_attn=flash_attn, exact=exact_flag(exact, exact_warn))
     draft_path = draft_model or (cfg_draft.model if cfg_draft else None)
     draft = None
     if draft_path is not None:
@@ -127,7 +128,7 @@ def resolve_settings(*, model: ModelOpt = None, draft_model: DraftModelOpt = Non
         draft_ctx = ctx_size_draft or ctx_size or (None if cfg_draft else target.n_ctx)
         draft = _engine_settings(
             cfg_draft, draft_path, n_ctx=draft_ctx, n_threads=threads_draft or threads,
-            n_gpu_layers=draft_n_gpu_layers, python=draft_python, devices=_split(device_draft))
+            n_gpu_layers=draft_n_gpu_layers, python=draft_python, devices=_split(device_draft), flash_attn=flash_attn)
     base = cfg_run.drafter if cfg_run else DrafterSettings()
     if prompt_lookup and draft_model is not None:
         raise ConfigError("choose one drafter: -md/--draft-model or --prompt-lookup, not both")

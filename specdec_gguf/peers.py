@@ -73,6 +73,10 @@ class LlamaCppPeer:
     # K-quant matmul off), as our exact target runs: the same kernels on both sides, and on a
     # GGML_LLAMAFILE=OFF build the target's own greedy output on both.
     exact: bool = False
+    # Flash attention as our target runs it (None: llama.cpp's own choice, on for a CPU), so both sides run
+    # the same attention kernels: ``flash_attn="auto"`` turns it off on models where that is clearly faster
+    # (engines/llama_cpp/attention.py), and a peer left on would be timed on the slower kernel.
+    flash_attn: bool | None = None
 
     @property
     def name(self) -> str:
@@ -84,8 +88,8 @@ class LlamaCppPeer:
         if self.draft is not None:  # n-gram modes keep llama.cpp's own tuned sizes
             cmd += ["-md", str(self.draft), "--spec-draft-n-max", str(self.draft_max)]
         repack = False if self.exact else self.repack
-        if self.exact:
-            cmd += ["--flash-attn", "off"]
+        if self.exact or self.flash_attn is not None:
+            cmd += ["--flash-attn", "on" if self.flash_attn and not self.exact else "off"]
         if repack is None:
             from .engines.llama_cpp.backends import extra_buffers_allowed  # (llama_cpp loads for a peer only)
 

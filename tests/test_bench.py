@@ -936,3 +936,17 @@ def test_flash_attention_times_both_settings_per_prompt_and_says_what_auto_chose
         assert ratio == pytest.approx(p_on / p_off, rel=0.03) and a_ratio == pytest.approx(a_on / a_off, rel=0.03)
         assert up_on == pytest.approx(p_on / a_on, rel=0.03) and up_off == pytest.approx(p_off / a_off, rel=0.03)
     assert lines[-1].startswith('flash_attn="auto" for this target: flash attention ')
+
+
+def test_a_peer_runs_flash_attention_as_our_target_chose_it(tmp_path):
+    """The llama.cpp peer takes flash attention as ``flash_attn="auto"`` chose it for our target (both sides on
+    the same attention kernels); None leaves llama.cpp's own choice, and exact mode turns it off whatever was
+    chosen. Fails if the peer kept llama.cpp's setting where ours chose another."""
+    from specdec_gguf.peers import LlamaCppPeer
+
+    def flag(**kw) -> str | None:
+        cmd = LlamaCppPeer(tmp_path / "bin", tmp_path / "model.gguf", "ngram-simple", repack=True, **kw).command("x", 8)
+        return cmd[cmd.index("--flash-attn") + 1] if "--flash-attn" in cmd else None
+
+    assert flag(flash_attn=False) == "off" and flag(flash_attn=True) == "on" and flag() is None
+    assert flag(flash_attn=True, exact=True) == "off"

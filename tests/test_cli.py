@@ -363,3 +363,15 @@ def test_run_without_profile_cache(tiny_family):
     plain = run_json(tiny_family)
     out = run_json(tiny_family, "--prompt-lookup", "--no-profile-cache")
     assert out["tokens"] == plain["tokens"]
+
+
+def test_flash_attn_flag_reaches_both_engines_and_names_the_allowed_values(tiny_family):
+    """`-fa/--flash-attn` sets flash attention for the target and the draft (over a config's tables);
+    a value llama.cpp doesn't know is refused naming the allowed ones. Fails if the draft kept "auto"."""
+    from cli.options import resolve_settings
+
+    settings = resolve_settings(model=tiny_family.target, draft_model=tiny_family.draft, flash_attn="off")
+    assert settings.target.flash_attn == "off" and settings.draft.flash_attn == "off"
+    assert resolve_settings(model=tiny_family.target).target.flash_attn == "auto"  # (not given: the default)
+    bad = invoke("run", "-m", tiny_family.target, "-p", PROMPT, "-n", "4", "-c", "512", "--flash-attn", "maybe")
+    assert bad.exit_code == 1 and "flash_attn" in bad.stderr and "'off'" in bad.stderr, bad.stderr
