@@ -89,6 +89,11 @@ class CostProfile:
             raise ConfigError(f"long_seconds={self.long_seconds} must time n = 1 and a larger measured size, > 0 s, "
                               f"after long_context={self.long_context} > {CONTEXT_TOKENS} tokens")
         self._sizes = sorted(self.seconds)
+        # (context_slope's two ends, read per drafted proposal: the smallest and largest size timed long)
+        if self.long_seconds:
+            span = self.long_context - CONTEXT_TOKENS
+            ends = (min(self.long_seconds), max(self.long_seconds))
+            self._slopes = tuple((n, max(self.long_seconds[n] - self.seconds[n], 0.0) / span) for n in ends)
 
     def cost(self, n: int) -> float:
         """Seconds of a pass over ``n`` tokens (n >= 1)."""
@@ -126,11 +131,7 @@ class CostProfile:
         (0 where the long context wasn't measured; never negative: more context never costs less)."""
         if not self.long_seconds:
             return 0.0
-        span = self.long_context - CONTEXT_TOKENS
-        sizes = sorted(self.long_seconds)
-        lo, hi = sizes[0], sizes[-1]
-        g_lo = max(self.long_seconds[lo] - self.seconds[lo], 0.0) / span
-        g_hi = max(self.long_seconds[hi] - self.seconds[hi], 0.0) / span
+        (lo, g_lo), (hi, g_hi) = self._slopes
         return max(g_lo + (g_hi - g_lo) * (n - lo) / (hi - lo), 0.0)
 
     def vouches_at(self, tokens: int) -> bool:
