@@ -86,7 +86,9 @@ def test_a_cached_choice_is_used_without_timing_and_keys_the_cost_profile(tiny_f
     np.testing.assert_array_equal(logits, _logits_with(tiny_family, "on" if not timed.flash_attn else "off"))
 
 
-def test_nothing_is_timed_when_the_setting_is_given_or_exact(tiny_family, own_cache, monkeypatch):
+def test_nothing_is_timed_when_the_setting_is_given_or_exact_or_the_context_short(tiny_family, own_cache,
+                                                                                monkeypatch):
+    """Fails if an engine with a short context timed (or cached) a choice the engines with long ones would read."""
     def no_timing(*args, **kwargs):
         raise AssertionError("timed although nothing was left to choose")
 
@@ -95,6 +97,9 @@ def test_nothing_is_timed_when_the_setting_is_given_or_exact(tiny_family, own_ca
         engine = _open(tiny_family, **kw)
         assert engine.attention is None, kw
         engine.close()
+    short = LlamaCppEngine(tiny_family.target, n_ctx=attention.PROBE_CONTEXT, n_batch=64, n_threads=1)
+    assert short.attention.flash_attn is None and "shorter than" in short.attention.summary()
+    short.close()
     assert not list(own_cache.glob("profiles/attention-*.json"))
 
 

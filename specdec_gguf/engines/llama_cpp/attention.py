@@ -6,7 +6,9 @@ a pass grows dearer with the context much faster than with the matrix products i
 measured on a 2-core Intel Xeon (Q4_K_M, head size 64), a 24-layer d1024 model's plain step after
 ~350 tokens of context took 25 ms with it and 18 ms without, its 9-token verify pass 80 and 49 ms,
 and 64-token answers ran 1.3x-1.6x faster without it wherever the prompt was 200-380 tokens long
-(0.83x-0.85x at 32-57 tokens); Gemma 3 270M (head size 256, one KV head) ran 0.93x-1.03x without it.
+(0.83x-0.85x at 32-57 tokens: without it attention runs over the cache padded to 256 cells, a fixed price
+at short contexts; the timing's 261 tokens pay for 512); Gemma 3 270M (head size 256, one KV head) ran
+0.82x-1.0x without it.
 Neither setting wins on every model, so a model that runs on the CPU times both once, after
 ``PROBE_CONTEXT`` tokens of context (a chat turn with its template), and turns it off where that is
 clearly faster (``OFF_MARGIN``); the
@@ -52,7 +54,8 @@ class AttentionChoice:
     def summary(self) -> str:
         """One line for people: the choice and what it rests on."""
         if self.flash_attn is None:
-            return "flash attention as llama.cpp chooses (not timed: too slow a model, or no room in the context)"
+            return ("flash attention as llama.cpp chooses (not timed: too slow a model, or a context shorter than "
+                    f"{PROBE_CONTEXT + max(PROBE_SIZES)} tokens)")
         timed = ", ".join(f"{name} {sum(by_n.values()) * 1e3:.1f} ms" for name, by_n in sorted(self.seconds.items()))
         sizes = " + ".join(f"{n}-token" for n in PROBE_SIZES)
         return (f"flash attention {'on' if self.flash_attn else 'off'} (a {sizes} pass after {self.context} "
@@ -67,13 +70,16 @@ class AttentionChoice:
 def choose_flash_attn(model: Any, cparams: Any, key: str, token: int, n_ctx: int) -> AttentionChoice:
     """Flash attention on or off for ``model`` with context parameters like ``cparams`` (its thread and
     batch settings), read from the cache under ``key`` or timed now in two short-lived contexts and cached.
-    ``n_ctx``: the engine's context; the timing stays within it. ``token``: the token the timed passes feed."""
+    ``n_ctx``: the engine's context (one shorter than the timing's keeps llama.cpp's choice). ``token``: the
+    token the timed passes feed."""
+    context = PROBE_CONTEXT
+    if n_ctx < context + max(PROBE_SIZES):
+        # Never that long a context: short ones are where llama.cpp's choice wins (and `specdec inspect`'s
+        # 64-token engines neither time nor cache a choice for the engines that run).
+        return AttentionChoice(flash_attn=None, context=0)
     cached = _load(key)
     if cached is not None:
         return cached
-    context = min(PROBE_CONTEXT, n_ctx - max(PROBE_SIZES))
-    if context < 1:
-        return AttentionChoice(flash_attn=None, context=0)  # (no room to time: llama.cpp's own choice)
     began = time.perf_counter()
     seconds = _time_both(model, cparams, context, token)
     flash: bool | None = None  # (too slow to time within the budget, or no context made: llama.cpp's choice)
