@@ -19,7 +19,8 @@ from specdec_gguf.profile import profile_for
 from specdec_gguf.prompts import PROMPT_SETS, chosen_prompts
 from specdec_gguf.settings import DrafterSettings, EngineSettings
 
-from .common import err_console, exact_flag, exactness_json, handle_errors, report_exactness, stdout_is_tty
+from .common import (attention_json, err_console, exact_flag, exactness_json, handle_errors, report_exactness,
+                     stdout_is_tty)
 from .options import MinPOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt, sampling_params
 
 BAR = 30
@@ -175,15 +176,16 @@ def bench(
                          verbose=verbose)
     report_exactness(target, "target")
     exactness = exactness_json(("target", target))
+    attention = attention_json(("target", target))
     llama_peers = []
     if binary is not None:
         from specdec_gguf.peers import NGRAM_MODES, LlamaCppPeer
 
         # llama.cpp with our target's settings: exact mode's, and flash attention as "auto" chose it here.
         exact_peer = bool(exact or exact_warn)
-        attention = getattr(target, "attention", None)
+        chosen = getattr(target, "attention", None)
         same = dict(threads=threads, n_ctx=ctx_size, exact=exact_peer,
-                    flash_attn=attention.flash_attn if attention is not None else None)
+                    flash_attn=chosen.flash_attn if chosen is not None else None)
         if prompt_lookup:
             llama_peers += [LlamaCppPeer(binary, model, mode, **same) for mode in NGRAM_MODES]
         if draft_model:
@@ -228,7 +230,7 @@ def bench(
     if json_out:
         print(json.dumps({"reports": [dataclasses.asdict(r) for r in reports], "cost_ratios": curve,
                           "prompts": [p[0] for p in prompts], "max_tokens": max_tokens, "repeats": repeats,
-                          "cold": cold, "threads": threads, "exactness": exactness,
+                          "cold": cold, "threads": threads, "exactness": exactness, "attention": attention,
                           "sampling": dataclasses.asdict(sampling)}))
         return
     console = Console(highlight=False, width=None if stdout_is_tty() else 200)

@@ -74,5 +74,12 @@ def exactness_json(*engines: tuple[str, Any]) -> dict[str, Any]:
             for role, e in engines}
 
 
+def attention_json(*engines: tuple[str, Any]) -> dict[str, Any]:
+    """``{"target": flash attention choice or None, "draft": ...}`` for --json outputs (None: not chosen by
+    timing — given, exact mode, or an engine that doesn't say)."""
+    return {role: choice.as_dict() if (choice := getattr(e, "attention", None)) is not None else None
+            for role, e in engines}
+
+
 def stdout_is_tty() -> bool:
     return sys.stdout.isatty()

@@ -17,7 +17,7 @@ from specdec_gguf.factory import make_decoder
 from specdec_gguf.stopping import check_stop_strings
 from specdec_gguf.textfiles import check_unicode, decode_utf8, read_text
 
-from .common import err_console, exactness_json, handle_errors, stdout_is_tty
+from .common import attention_json, err_console, exactness_json, handle_errors, stdout_is_tty
 from .options import (CHAT, OUTPUT, ChatTemplateOpt, loaded_models, ModelSettings,
                       ProfileCacheOpt, VerboseOpt, with_model_settings)
 from .live import LiveState, state_json, summary_lines
@@ -58,7 +58,9 @@ def run(
     stop_strings = check_stop_strings(stop, "--stop") if stop else settings.stop
 
     with loaded_models(settings, verbose=verbose) as (target, draft):
-        verdicts = exactness_json(("target", target), ("draft", draft))  # exact mode's self-tests, for --json
+        # For --json: exact mode's self-tests, and flash attention where "auto" timed it.
+        verdicts = {"exactness": exactness_json(("target", target), ("draft", draft)),
+                    "attention": attention_json(("target", target), ("draft", draft))}
         decoder = make_decoder(target, settings.drafter, draft, profile_cache=profile_cache)
         stop_ids: frozenset[int] = frozenset()
         if chat:
@@ -83,14 +85,14 @@ def run(
 
 
 def _report(state: LiveState, tokens: list[int], mode: str, json_out: bool, model_settings: ModelSettings,
-            max_tokens: int, exactness: dict) -> None:
+            max_tokens: int, engines: dict) -> None:
     if json_out:
         settings = {"target": model_settings.target, "draft": model_settings.draft,
                     "drafter": model_settings.drafter.resolved(), "sampling": model_settings.sampling,
                     "max_tokens": max_tokens}
         resolved = json.loads(json.dumps({k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v
                                           for k, v in settings.items()}, default=str))
-        print(json.dumps({**state_json(state, tokens, resolved), "exactness": exactness}, ensure_ascii=False))
+        print(json.dumps({**state_json(state, tokens, resolved), **engines}, ensure_ascii=False))
         return
     if mode == "plain" and state.stop_reason == "interrupted":
         print()

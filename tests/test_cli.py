@@ -37,7 +37,7 @@ def test_run_json_schema_and_exact_greedy_across_drafters(tiny_family, tiny_engi
     lookup = run_json(tiny_family, "--prompt-lookup", "-k", "6")
     adaptive = run_json(tiny_family, "-md", tiny_family.draft, "-k", "6")
     for out in (plain, draft, lookup, adaptive):
-        assert set(out) == {"text", "tokens", "stop_reason", "stats", "settings", "exactness"}
+        assert set(out) == {"text", "tokens", "stop_reason", "stats", "settings", "exactness", "attention"}
         assert out["stop_reason"] == "length"
         assert len(out["tokens"]) == 40
         for key in ("acceptance_rate", "tokens_per_target_pass", "generation_throughput", "drafted",
@@ -46,6 +46,9 @@ def test_run_json_schema_and_exact_greedy_across_drafters(tiny_family, tiny_engi
         assert_matches_plain(out["tokens"], reference, strict=strict_identity(target))
         if out["tokens"] == plain["tokens"]:
             assert out["text"] == plain["text"]
+    # Flash attention as "auto" chose it by timing, per engine (no draft engine: None).
+    assert isinstance(plain["attention"]["target"]["flash_attn"], bool) and plain["attention"]["draft"] is None
+    assert set(adaptive["attention"]["draft"]["seconds"]) == {"on", "off"}
     assert plain["stats"]["drafted"] == 0 and plain["settings"]["drafter"]["kind"] == "none"
     assert draft["stats"]["drafted"] > 0 and draft["settings"]["drafter"]["kind"] == "draft-model"
     assert draft["settings"]["drafter"]["num_draft_tokens"] == 4
