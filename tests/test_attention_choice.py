@@ -113,3 +113,26 @@ def test_a_model_too_slow_to_time_keeps_llama_cpps_choice(tiny_family, own_cache
     finally:
         engine.close()
     np.testing.assert_array_equal(logits, _logits_with(tiny_family, "on"))  # (llama.cpp's "auto" on a CPU: on)
+
+
+def test_a_child_process_engine_reports_its_childs_choice(tiny_family, own_cache):
+    """A ProcessEngine's ``attention`` is what flash_attn="auto" chose in its child (the same cache and key as
+    this process: the same choice), and a given setting leaves it None there too."""
+    import sys
+
+    from specdec_gguf.attention import AttentionChoice
+    from specdec_gguf.engines import ProcessEngine
+
+    here = _open(tiny_family)
+    choice = here.attention
+    here.close()
+    child = ProcessEngine(tiny_family.target, python=sys.executable, n_ctx=512, n_batch=64, n_threads=1)
+    try:
+        assert isinstance(child.attention, AttentionChoice) and child.attention.from_cache
+        assert child.attention.flash_attn == choice.flash_attn and child.attention.seconds == choice.seconds
+    finally:
+        child.close()
+    given = ProcessEngine(tiny_family.target, python=sys.executable, n_ctx=512, n_batch=64, n_threads=1,
+                          flash_attn="off")
+    assert given.attention is None
+    given.close()

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..engine import EngineBase, token_array
 from ..errors import EngineError
+from ..attention import AttentionChoice
 from ..exactness import Exactness, not_exact_error
 from ..modelfile import validate_gguf
 from ..settings import EngineSettings, interpreter_path
@@ -79,6 +80,8 @@ class ProcessEngine(EngineBase):
             kwargs["exact"] = "warn"  # the child reports its verdict; the policy (raise or not) is decided here
         self._start({**kwargs, "verbose": verbose}, load_timeout)
         _LIVE.add(self)
+        chosen = self._info.get("attention")  # type: ignore[union-attr]  (flash attention as the child's auto chose it)
+        self.attention: AttentionChoice | None = AttentionChoice.from_dict(chosen) if chosen else None
         verdict = self._info.get("exactness")  # type: ignore[union-attr]
         self.exactness: Exactness | None = Exactness.from_dict(verdict) if verdict else None
         if self.settings.exact is True and self.exactness is not None and not self.exactness.invariant:

@@ -38,7 +38,8 @@ def _serve(rfd: int, wfd: int, shm_fd: int) -> None:
             "add_bos": engine.add_bos, "add_eos": engine.add_eos, "vocab_type": engine.vocab_type,
             "eog_tokens": eog, "pid": os.getpid(), "python": sys.executable,
             "chat_template": engine.chat_template,
-            "exactness": engine.exactness.as_dict() if engine.exactness is not None else None}
+            "exactness": engine.exactness.as_dict() if engine.exactness is not None else None,
+            "attention": engine.attention.as_dict() if engine.attention is not None else None}
     wire.write_frame(wfd, wire.OK, wire.json_payload(info))
     while True:
         try:

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import llama_cpp as lc
 
+from ...attention import AttentionChoice
 from ...profile import cache_dir, read_cache_file, write_cache_file
 
 PROBE_CONTEXT = 256  # tokens of context both settings are timed after
@@ -40,33 +40,6 @@ PROBE_BUDGET = 1.5
 FORMAT = 1
 
 
-@dataclass(frozen=True)
-class AttentionChoice:
-    """Whether flash attention is on (None: as llama.cpp chooses, untimed), and the timings that chose it
-    (seconds of a pass by size, per setting)."""
-
-    flash_attn: bool | None
-    seconds: dict[str, dict[int, float]] = field(default_factory=dict)  # "on" / "off" -> n -> seconds
-    context: int = PROBE_CONTEXT
-    from_cache: bool = False
-    probe_seconds: float = 0.0  # how long timing both took (0 when read from the cache)
-
-    def summary(self) -> str:
-        """One line for people: the choice and what it rests on."""
-        if self.flash_attn is None:
-            return ("flash attention as llama.cpp chooses (not timed: too slow a model, or a context shorter than "
-                    f"{PROBE_CONTEXT + max(PROBE_SIZES)} tokens)")
-        timed = ", ".join(f"{name} {sum(by_n.values()) * 1e3:.1f} ms" for name, by_n in sorted(self.seconds.items()))
-        sizes = " + ".join(f"{n}-token" for n in PROBE_SIZES)
-        return (f"flash attention {'on' if self.flash_attn else 'off'} (a {sizes} pass after {self.context} "
-                f"tokens: {timed}{'; cached' if self.from_cache else ''})")
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"flash_attn": self.flash_attn, "context": self.context, "from_cache": self.from_cache,
-                "probe_seconds": self.probe_seconds,
-                "seconds": {name: {str(n): s for n, s in by_n.items()} for name, by_n in self.seconds.items()}}
-
-
 def choose_flash_attn(model: Any, cparams: Any, key: str, token: int, n_ctx: int) -> AttentionChoice:
     """Flash attention on or off for ``model`` with context parameters like ``cparams`` (its thread and
     batch settings), read from the cache under ``key`` or timed now in two short-lived contexts and cached.
@@ -76,7 +49,7 @@ def choose_flash_attn(model: Any, cparams: Any, key: str, token: int, n_ctx: int
     if n_ctx < context + max(PROBE_SIZES):
         # Never that long a context: short ones are where llama.cpp's choice wins (and `specdec inspect`'s
         # 64-token engines neither time nor cache a choice for the engines that run).
-        return AttentionChoice(flash_attn=None, context=0)
+        return AttentionChoice(flash_attn=None, reason=f"a context shorter than {context + max(PROBE_SIZES)} tokens")
     cached = _load(key)
     if cached is not None:
         return cached
@@ -86,7 +59,8 @@ def choose_flash_attn(model: Any, cparams: Any, key: str, token: int, n_ctx: int
     if seconds:
         flash = not sum(seconds["off"].values()) < OFF_MARGIN * sum(seconds["on"].values())
     choice = AttentionChoice(flash_attn=flash, seconds=seconds, context=context,
-                             probe_seconds=time.perf_counter() - began)
+                             probe_seconds=time.perf_counter() - began,
+                             reason="" if seconds else f"too slow a model to time within {PROBE_BUDGET} s, or no context")
     write_cache_file(_path_for(key), {"format": FORMAT, "key": key, **choice.as_dict()})
     return choice
 
@@ -182,9 +156,6 @@ def _load(key: str) -> AttentionChoice | None:
     """The cached choice for ``key`` (None: missing, unreadable or another key's)."""
     data = read_cache_file(_path_for(key), key, FORMAT)
     try:
-        flash = data["flash_attn"]  # type: ignore[index]
-        return AttentionChoice(flash_attn=None if flash is None else bool(flash), context=int(data["context"]),
-                               from_cache=True, seconds={name: {int(n): float(s) for n, s in by_n.items()}
-                                                         for name, by_n in data["seconds"].items()})
+        return AttentionChoice.from_dict(data, from_cache=True) if data is not None else None
     except (ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -17,6 +17,7 @@ from typing import Sequence
 import llama_cpp as lc
 import numpy as np
 
+from ...attention import AttentionChoice
 from ...engine import EngineBase, argmax_ids, token_array
 from ...errors import EngineError, RollbackUnsupportedError
 from ...exactness import Exactness, not_exact_error
@@ -24,7 +25,7 @@ from ...modelfile import RECURRENT_ARCHES, validate_gguf
 from ...settings import EngineSettings
 from .backends import add_rpc_servers, build_id, device_list, extra_buffers_allowed
 from .exactness import apply_environment, note_compute, self_test, tiled_invariant
-from .attention import AttentionChoice, choose_flash_attn
+from .attention import choose_flash_attn
 from .checkpoint import StateCheckpoint
 from .runtime import LogCapture, ensure_initialised
 from .vocab import LlamaVocab
