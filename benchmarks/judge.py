@@ -45,6 +45,12 @@ MEASURED_CURVES = {
     # (The issue's 24-layer Q4_K_M pair, measured on the Intel Xeon model 207 host: its draft's one-token pass
     # 0.692 ms, 0.049 of the target's.)
     "tiny-deep24-q4k, 2 threads": "d24-2=13.997:1.531,1.887,2.655,3.186,4.780,7.019,9.177:0.044",
+    # (The same two pairs with flash attention off, as flash_attn="auto" runs them since the thirty-fourth
+    # session on the Intel Xeon model 207 host: their drafts' one-token passes 0.337 / 0.694 ms, 0.160 / 0.063 of
+    # the targets'. `python benchmarks/measure_curve.py T.gguf -t 2`.)
+    "tiny-wide, 2 threads, flash attention off": "tw-2-fa-off=2.109:1.338,1.512,1.662,2.250,3.440,5.544,9.864:0.052",
+    "tiny-deep24-q4k, 2 threads, flash attention off":
+        "d24-2-fa-off=10.957:1.850,2.292,3.344,4.077,6.084,8.560,13.111:0.062",
     "Q4_K_M, 1 thread": "gemma-epyc2-1t=16.854:2.569,2.845,5.057,6.585,9.237,15.032,26.567:0.000",
     "Q4_K_M, 2 threads": "gemma-epyc2-2t=14.142:1.783,2.095,3.784,4.818,6.913,10.287,18.000:0.096",
     "Q4_K_M exact kernels, 1 thread": "gemma-exact-1t=17.02:2.075,2.807,4.39,7.147,13.145,24.79,47.76:0.0",
@@ -62,7 +68,9 @@ _Q8 = (_C["Q8_0, 1 thread"], _C["Q8_0, 2 threads"])
 SUITES: dict[str, list[tuple[str, str, str]]] = {
     "tuning": [("tiny-big-q8.jsonl", "0.12", _C["tiny-big-q8, 2 threads"]),
                ("tiny-wide.jsonl", "0.0745", _C["tiny-wide, 2 threads"]),
-               ("tiny-deep24-q4k.jsonl", "0.049", _C["tiny-deep24-q4k, 2 threads"])]
+               ("tiny-deep24-q4k.jsonl", "0.049", _C["tiny-deep24-q4k, 2 threads"]),
+               ("tiny-wide.jsonl", "0.160", _C["tiny-wide, 2 threads, flash attention off"]),
+               ("tiny-deep24-q4k.jsonl", "0.063", _C["tiny-deep24-q4k, 2 threads, flash attention off"])]
               + [("gemma.jsonl", "lookup", c) for c in _GEMMA] + [("gemma_long.jsonl", "lookup", c) for c in _GEMMA]
               + [("gemma.jsonl", "lookup", _C["Q4_K_M exact kernels, 1 thread"])]
               + [("gemma_f16.jsonl", "lookup", c) for c in _F16] + [("gemma_q8.jsonl", "lookup", c) for c in _Q8],
