@@ -88,6 +88,8 @@ def cli_json(*args) -> dict:
 
 def test_models_and_health(client, server):
     assert [m.id for m in client.models.list().data] == ["tiny-target.gguf"]
+    meta = httpx.get(server + "/v1/models", headers=auth()).json()["data"][0]["meta"]
+    assert isinstance(meta["attention"]["flash_attn"], bool)  # flash attention as "auto" chose it at load
     assert httpx.get(server + "/health").json()["status"] == "ok"  # no key needed for health
 
 

@@ -69,6 +69,7 @@ def create_app(service: ModelService, *, api_key: str | None = None) -> Starlett
         return await generate(request, "completion")
 
     exactness = service.target.exactness  # exact mode's verdict, fixed at load
+    attention = getattr(service.target, "attention", None)  # flash attention as "auto" chose it at load
 
     async def models(request: Request) -> Response:
         check_key(request)
@@ -77,7 +78,8 @@ def create_app(service: ModelService, *, api_key: str | None = None) -> Starlett
              "meta": {"n_ctx": service.target.n_ctx, "n_vocab": service.target.n_vocab,
                       "drafter": service.drafter_settings.kind,
                       "chat_template": service.chat_formatter.name if service.chat_formatter else None,
-                      "exactness": exactness.as_dict() if exactness is not None else None}}]})
+                      "exactness": exactness.as_dict() if exactness is not None else None,
+                      "attention": attention.as_dict() if attention is not None else None}}]})
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "model": service.model_id, "queued": service.queued,
