@@ -104,7 +104,9 @@ def test_nothing_is_timed_when_the_setting_is_given_or_exact_or_the_context_shor
 
 
 def test_a_model_too_slow_to_time_keeps_llama_cpps_choice(tiny_family, own_cache, monkeypatch):
-    monkeypatch.setattr(attention, "PROBE_BUDGET", 1e-9)  # every model is "too slow" for it
+    """Far over the budget, the choice (llama.cpp's) is remembered; near it, the next load tries again (a busy
+    moment must not turn the timing off for good). Fails if a near miss were cached or a sure one were not."""
+    monkeypatch.setattr(attention, "PROBE_BUDGET", 1e-9)  # every model is far "too slow" for it
     engine = _open(tiny_family)
     try:
         assert engine.attention.flash_attn is None and not engine.attention.seconds
@@ -113,6 +115,22 @@ def test_a_model_too_slow_to_time_keeps_llama_cpps_choice(tiny_family, own_cache
     finally:
         engine.close()
     np.testing.assert_array_equal(logits, _logits_with(tiny_family, "on"))  # (llama.cpp's "auto" on a CPU: on)
+    (cached,) = own_cache.glob("profiles/attention-*.json")
+    assert json.loads(cached.read_text())["flash_attn"] is None
+    cached.unlink()
+
+    near = {}
+
+    def take_in(self, token, limit):  # the pace read just over the limit, as in a busy moment
+        near["limit"] = limit
+        return 1.2
+
+    monkeypatch.setattr(attention, "PROBE_BUDGET", 1.5)
+    monkeypatch.setattr(attention._Probe, "take_in", take_in)
+    engine = _open(tiny_family)
+    assert engine.attention.flash_attn is None and near["limit"] == 0.75
+    engine.close()
+    assert not list(own_cache.glob("profiles/attention-*.json"))
 
 
 def test_a_child_process_engine_reports_its_childs_choice(tiny_family, own_cache):

@@ -37,6 +37,9 @@ PROBE_REPEATS = 4  # the fastest of this many timings of each pass (the first al
 # Seconds the two contexts' prefills may take, estimated from their first 16 and 64 tokens' pace: a model slower than
 # that (weights, not attention, decide its costs) keeps llama.cpp's own choice untimed.
 PROBE_BUDGET = 1.5
+# ... and only a model this many times over it is remembered as too slow: one nearer it may have been timed in a
+# busy moment (a 165 MB model's estimate, 0.5 s of 0.75, read over it once here), so the next load tries again.
+SURE_TOO_SLOW = 3.0
 FORMAT = 1
 
 
@@ -54,39 +57,41 @@ def choose_flash_attn(model: Any, cparams: Any, key: str, token: int, n_ctx: int
     if cached is not None:
         return cached
     began = time.perf_counter()
-    seconds = _time_both(model, cparams, context, token)
+    seconds, over = _time_both(model, cparams, context, token)
     flash: bool | None = None  # (too slow to time within the budget, or no context made: llama.cpp's choice)
     if seconds:
         flash = not sum(seconds["off"].values()) < OFF_MARGIN * sum(seconds["on"].values())
     choice = AttentionChoice(flash_attn=flash, seconds=seconds, context=context,
                              probe_seconds=time.perf_counter() - began,
                              reason="" if seconds else f"too slow a model to time within {PROBE_BUDGET} s, or no context")
-    write_cache_file(_path_for(key), {"format": FORMAT, "key": key, **choice.as_dict()})
+    if seconds or over >= SURE_TOO_SLOW:  # (a failed context or a near miss of the budget: try again next load)
+        write_cache_file(_path_for(key), {"format": FORMAT, "key": key, **choice.as_dict()})
     return choice
 
 
-def _time_both(model: Any, cparams: Any, context: int, token: int) -> dict[str, dict[int, float]]:
+def _time_both(model: Any, cparams: Any, context: int, token: int) -> tuple[dict[str, dict[int, float]], float]:
     """Per setting ("on", "off"), the fastest of ``PROBE_REPEATS`` timings of each ``PROBE_SIZES`` pass after
     ``context`` tokens, each setting in a context of its own, the two timed in turn (a busy moment slows
-    both alike). Empty if llama.cpp could not make a context or taking in the context would not fit in
-    ``PROBE_BUDGET``."""
+    both alike); and 0. Empty, and how many times over ``PROBE_BUDGET`` taking in the context would have
+    gone (0: llama.cpp could not make a context), where it was not timed."""
     probes: dict[str, _Probe] = {}
     try:
         for name, fa in (("on", lc.LLAMA_FLASH_ATTN_TYPE_ENABLED), ("off", lc.LLAMA_FLASH_ATTN_TYPE_DISABLED)):
             probe = _Probe.open(model, cparams, fa, context)
             if probe is None:
-                return {}
+                return {}, 0.0
             probes[name] = probe
-            if not probe.take_in(token, PROBE_BUDGET / 2):
-                return {}
+            over = probe.take_in(token, PROBE_BUDGET / 2)
+            if over:
+                return {}, over
         best: dict[str, dict[int, float]] = {name: {} for name in probes}
         for _ in range(PROBE_REPEATS):
             for n in PROBE_SIZES:
                 for name, probe in probes.items():
                     best[name][n] = min(best[name].get(n, float("inf")), probe.time(n, token))
-        return best
+        return best, 0.0
     except RuntimeError:
-        return {}
+        return {}, 0.0
     finally:
         for probe in probes.values():
             probe.close()
@@ -112,19 +117,20 @@ class _Probe:
         ctx = lc.llama_init_from_model(model, params)
         return cls(ctx, lc.llama_batch_init(params.n_batch, 0, 1), context) if ctx else None
 
-    def take_in(self, token: int, limit: float) -> bool:
+    def take_in(self, token: int, limit: float) -> float:
         """Fill the context in three passes, each a check of the pace: 16 tokens (4x the limit: a pass that
-        short overstates it), to 64 (the limit), then the rest in one batch (as a prompt's prefill). False
-        (stopped) where taking in all of it would take longer than ``limit`` seconds."""
+        short overstates it), to 64 (the limit), then the rest in one batch (as a prompt's prefill). 0 when
+        filled; where taking in all of it would take longer than ``limit`` seconds, stopped: how many times
+        over the (slackened) limit the estimate went."""
         done, context = 0, self.context
         for upto, slack in ((16, 4.0), (64, 1.0), (context, None)):
             upto = min(upto, context)
             if upto > done:
                 took = self._decode(done, upto - done, token)
-                if slack is not None and took / (upto - done) * context > slack * limit:
-                    return False
+                if slack is not None and (over := took / (upto - done) * context / (slack * limit)) > 1.0:
+                    return over
                 done = upto
-        return True
+        return 0.0
 
     def time(self, n: int, token: int) -> float:
         """Seconds of one pass over ``n`` tokens after the context, every row with logits (as a verify pass)."""
