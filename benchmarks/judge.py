@@ -45,9 +45,10 @@ MEASURED_CURVES = {
     # (The issue's 24-layer Q4_K_M pair, measured on the Intel Xeon model 207 host: its draft's one-token pass
     # 0.692 ms, 0.049 of the target's.)
     "tiny-deep24-q4k, 2 threads": "d24-2=13.997:1.531,1.887,2.655,3.186,4.780,7.019,9.177:0.044",
-    # (The same two pairs with flash attention off, as flash_attn="auto" runs them since the thirty-fourth
-    # session on the Intel Xeon model 207 host: their drafts' one-token passes 0.337 / 0.694 ms, 0.160 / 0.063 of
-    # the targets'. `python benchmarks/measure_curve.py T.gguf -t 2`.)
+    # (The three pairs with flash attention off, as flash_attn="auto" runs them since the thirty-fourth
+    # session on the Intel Xeon model 207 host: their drafts' one-token passes 0.337 / 0.694 / 0.430 ms, 0.160 /
+    # 0.063 / 0.075 of the targets'. `python benchmarks/measure_curve.py T.gguf -t 2`.)
+    "tiny-big-q8, 2 threads, flash attention off": "tb-2-fa-off=5.705:1.437,1.701,2.926,4.355,7.010,12.124,22.429:0.039",
     "tiny-wide, 2 threads, flash attention off": "tw-2-fa-off=2.109:1.338,1.512,1.662,2.250,3.440,5.544,9.864:0.052",
     "tiny-deep24-q4k, 2 threads, flash attention off":
         "d24-2-fa-off=10.957:1.850,2.292,3.344,4.077,6.084,8.560,13.111:0.062",
@@ -70,7 +71,8 @@ SUITES: dict[str, list[tuple[str, str, str]]] = {
                ("tiny-wide.jsonl", "0.0745", _C["tiny-wide, 2 threads"]),
                ("tiny-deep24-q4k.jsonl", "0.049", _C["tiny-deep24-q4k, 2 threads"]),
                ("tiny-wide.jsonl", "0.160", _C["tiny-wide, 2 threads, flash attention off"]),
-               ("tiny-deep24-q4k.jsonl", "0.063", _C["tiny-deep24-q4k, 2 threads, flash attention off"])]
+               ("tiny-deep24-q4k.jsonl", "0.063", _C["tiny-deep24-q4k, 2 threads, flash attention off"]),
+               ("tiny-big-q8.jsonl", "0.075", _C["tiny-big-q8, 2 threads, flash attention off"])]
               + [("gemma.jsonl", "lookup", c) for c in _GEMMA] + [("gemma_long.jsonl", "lookup", c) for c in _GEMMA]
               + [("gemma.jsonl", "lookup", _C["Q4_K_M exact kernels, 1 thread"])]
               + [("gemma_f16.jsonl", "lookup", c) for c in _F16] + [("gemma_q8.jsonl", "lookup", c) for c in _Q8],
