@@ -11,8 +11,8 @@ at short contexts; the timing's 261 tokens pay for 512); Gemma 3 270M (head size
 0.82x-1.0x without it.
 Neither setting wins on every model, so a model that runs on the CPU times both once, after
 ``PROBE_CONTEXT`` tokens of context (a chat turn with its template), and turns it off where that is
-clearly faster (``OFF_MARGIN``); the
-choice is cached per model file, threads, batch settings and llama.cpp build (beside the cost profiles).
+clearly faster (``OFF_MARGIN``); the choice is cached per model file, threads, batch settings and
+llama.cpp build (beside the cost profiles).
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ FORMAT = 1
 
 
 def choose_flash_attn(model: Any, cparams: Any, key: str, token: int, n_ctx: int) -> AttentionChoice:
-    """Flash attention on or off for ``model`` with context parameters like ``cparams`` (its thread and
-    batch settings), read from the cache under ``key`` or timed now in two short-lived contexts and cached.
+    """Flash attention on or off for ``model`` with context parameters like ``cparams`` (its threads are the
+    timing's), read from the cache under ``key`` or timed now in two short-lived contexts and cached.
     ``n_ctx``: the engine's context (one shorter than the timing's keeps llama.cpp's choice). ``token``: the
     token the timed passes feed."""
     context = PROBE_CONTEXT
