@@ -23,6 +23,7 @@ def calibrate(
     threads: Annotated[Optional[int], typer.Option("-t", "--threads", help="CPU threads (the profile is per thread count).")] = None,
     ctx_size: Annotated[int, typer.Option("-c", "--ctx-size")] = 4096,
     n_gpu_layers: Annotated[int, typer.Option("-ngl", "--n-gpu-layers", "--gpu-layers")] = 0,
+    flash_attn: Annotated[str, typer.Option("-fa", "--flash-attn", help="Flash attention: auto (on a CPU: timed on and off once, off where clearly faster), on, off; the curve is this setting's.")] = "auto",
     sizes: Annotated[str, typer.Option("--sizes", help="Pass sizes to time, comma-separated.")] = ",".join(map(str, CALIBRATION_SIZES)),
     repeats: Annotated[int, typer.Option("--repeats", help="Times per size (the fastest counts).")] = 2,
     save_profile: Annotated[bool, typer.Option("--save/--no-save", help="Store the profile in the user cache (runs then skip measuring).")] = True,
@@ -38,8 +39,8 @@ def calibrate(
         raise ConfigError(f"--sizes {sizes!r} must be comma-separated integers") from None
     if not size_list or size_list[0] < 1 or repeats < 1:
         raise ConfigError(f"--sizes ({sizes}) must be integers >= 1 and --repeats ({repeats}) >= 1")
-    engine = open_engine(EngineSettings(model=model, n_ctx=ctx_size, n_threads=threads, n_gpu_layers=n_gpu_layers),
-                         verbose=verbose)
+    engine = open_engine(EngineSettings(model=model, n_ctx=ctx_size, n_threads=threads, n_gpu_layers=n_gpu_layers,
+                                        flash_attn=flash_attn), verbose=verbose)
     try:
         profile = measure(engine, size_list, repeats, token=max(engine.bos_token, 0))
         profile.key = engine.profile_key

@@ -358,6 +358,10 @@ def test_calibrate_prints_and_caches_the_cost_curve(tiny_family, tmp_path, monke
     assert set(out["attention"]["seconds"]) == {"on", "off"} and isinstance(out["attention"]["flash_attn"], bool)
     kept = "on" if out["attention"]["flash_attn"] else "off"
     assert f"flash attention {kept} (a 1-token + 5-token pass after 256 tokens" in again.stdout
+    # -fa sets it: no timing, the curve is that setting's (stored under its own key).
+    forced = json.loads(invoke("calibrate", tiny_family.target, "-c", "512", "-t", "1", "-fa", "off", "--no-save",
+                               "--json").stdout)
+    assert forced["attention"] is None and '"flash_attn": "off"' in forced["key"]
     bad = invoke("calibrate", tiny_family.target, "--sizes", "0,x")
     assert bad.exit_code == 1 and "--sizes" in bad.stderr
 
