@@ -70,14 +70,18 @@ def report_exactness(engine: Any, role: str) -> None:
 
 def exactness_json(*engines: tuple[str, Any]) -> dict[str, Any]:
     """``{"target": verdict or None, "draft": ...}`` for --json outputs."""
-    return {role: e.exactness.as_dict() if e is not None and e.exactness is not None else None
-            for role, e in engines}
+    return _engines_json("exactness", engines)
 
 
 def attention_json(*engines: tuple[str, Any]) -> dict[str, Any]:
     """``{"target": flash attention choice or None, "draft": ...}`` for --json outputs (None: not chosen by
     timing — given, exact mode, or an engine that doesn't say)."""
-    return {role: choice.as_dict() if (choice := getattr(e, "attention", None)) is not None else None
+    return _engines_json("attention", engines)
+
+
+def _engines_json(name: str, engines: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    """Per role, the engine's record ``name`` as a dict (None: no engine, or none recorded)."""
+    return {role: record.as_dict() if (record := getattr(e, name, None)) is not None else None
             for role, e in engines}
 
 

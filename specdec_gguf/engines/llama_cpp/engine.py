@@ -66,7 +66,6 @@ class LlamaCppEngine(EngineBase):
         self.log = LogCapture(verbose)
         with self.log.active():
             self._load(s)
-        self.vocab = LlamaVocab(self._model, str(self.model_path))
         if not validate:
             buf = ctypes.create_string_buffer(128)
             if lc.llama_model_meta_val_str(self._model, b"general.architecture", buf, 128) > 0:
@@ -83,8 +82,7 @@ class LlamaCppEngine(EngineBase):
         self._logits = np.empty((0, self._n_vocab), dtype=np.float32)
         self._init_batch()
 
-        recurrent = self.architecture in RECURRENT_ARCHES or bool(
-            lc.llama_model_is_recurrent(self._model) or lc.llama_model_is_hybrid(self._model))
+        recurrent = self._recurrent()
         if s.rollback == "seq_rm" and recurrent:
             self.close()
             raise RollbackUnsupportedError(
@@ -142,6 +140,7 @@ class LlamaCppEngine(EngineBase):
         self._raise_if_interrupted()
         if not self._model:
             raise EngineError(f"{self.model_path}: llama.cpp could not load the model ({log.reason()})")
+        self.vocab = LlamaVocab(self._model, str(self.model_path))  # (here: the flash attention timing reads it)
 
         threads = s.n_threads or max(1, (os.cpu_count() or 2))
         self._threads = (threads, s.n_threads_batch or threads)
@@ -157,9 +156,8 @@ class LlamaCppEngine(EngineBase):
         if s.exact:
             cparams.flash_attn_type = _FLASH_ATTN["off"]
         elif s.flash_attn == "auto" and self._on_cpu(s) and not self._recurrent():
-            with self.log.active():
-                self.attention = choose_flash_attn(self._model, cparams, self._speed_key(), self._probe_token(),
-                                                   s.n_ctx)
+            self.attention = choose_flash_attn(self._model, cparams, self._speed_key(), max(self.vocab.bos_token, 0),
+                                               s.n_ctx)
             chosen = self.attention.flash_attn
             cparams.flash_attn_type = _FLASH_ATTN["auto" if chosen is None else "on" if chosen else "off"]
         else:
@@ -369,12 +367,9 @@ class LlamaCppEngine(EngineBase):
         return s.n_gpu_layers == 0 and not s.devices and not s.rpc_servers
 
     def _recurrent(self) -> bool:
-        """Whether the model keeps a recurrent state (its memory can't be cut back: nothing to time there)."""
-        return bool(lc.llama_model_is_recurrent(self._model) or lc.llama_model_is_hybrid(self._model))
-
-    def _probe_token(self) -> int:
-        """A token to time passes with: the model's BOS token, else 0."""
-        return max(int(lc.llama_vocab_bos(lc.llama_model_get_vocab(self._model))), 0)
+        """Whether the model keeps a recurrent (or hybrid) state: its memory can't be cut back partially."""
+        return self.architecture in RECURRENT_ARCHES or bool(
+            lc.llama_model_is_recurrent(self._model) or lc.llama_model_is_hybrid(self._model))
 
     def _open_vocab(self) -> LlamaVocab:
         """The vocabulary, which lives inside the model: reading it after close() would touch freed memory."""
