@@ -20,8 +20,10 @@ Cases (each: plain, fixed k, adaptive; a fresh decoder per trial, as `specdec ru
   agrees with it on most tokens but costs 0.65-0.8 of its pass: drafting hardly pays, so it must not lose.
 - ``tiny-deep-q4k`` and ``tiny-deep24-q4k`` (only when named): the issue's two draft pairs, a 16-layer d2048 Q4_K_M
   target (~0.8B parameters, 474 MB) whose 2-layer draft agrees on 84% of first tokens (drafting pays), and a
-  24-layer d1024 one (178 MB) whose 2-layer draft agrees on ~55% (it barely does).
-Cases are named in ``--only``: tiny-f32, tiny-wide, tiny-mid-q8, tiny-big-q8, tiny-deep-q4k, tiny-deep24-q4k, gemma, gemma-f16, gemma-q8_0,
+  24-layer d1024 one (178 MB) whose 2-layer draft agrees on ~55% (it barely does); ``tiny-gqa24-q4k`` (only when
+  named) is the latter's twin with grouped-query attention (2 key/value heads), the shape of most small released models.
+Cases are named in ``--only``: tiny-f32, tiny-wide, tiny-mid-q8, tiny-big-q8, tiny-deep-q4k, tiny-deep24-q4k, tiny-gqa24-q4k,
+gemma, gemma-f16, gemma-q8_0,
 gemma-f16-draft (the requantized ones are written from ``--gemma`` into a temporary folder, ~4 s).
 Prints adaptive / plain per prompt (the bound: >= 0.97x everywhere) and adaptive / best fixed k.
 Run it on an otherwise idle machine: two busy cores ruin the ratios.
@@ -57,6 +59,9 @@ TINY = {  # name: (target layers, draft layers, gain, shape, dtype)
     "tiny-deep-q4k": (16, 2, 0.05, TinyShape(n_embd=2048, n_head=16, n_ff=5632), "q4_k_m"),
     # The other draft pair: a 24-layer Q4_K_M target whose 2-layer draft agrees only ~55% of the time.
     "tiny-deep24-q4k": (24, 2, 0.16, TinyShape(n_embd=1024, n_head=16, n_ff=2816), "q4_k_m"),
+    # Its twin with grouped-query attention (2 key/value heads of 64 for 16 query heads, as Qwen2.5 0.5B's 2 for
+    # 14): the shape most small released models have, where attention over the cache costs far less.
+    "tiny-gqa24-q4k": (24, 2, 0.16, TinyShape(n_embd=1024, n_head=16, n_ff=2816, n_head_kv=2), "q4_k_m"),
 }
 DEFAULT_TINY = ("tiny-f32", "tiny-wide", "tiny-mid-q8", "tiny-big-q8")
 

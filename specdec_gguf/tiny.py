@@ -93,11 +93,30 @@ class TinyShape:
     n_head: int = 4
     n_ff: int = 128
     n_ctx_train: int = 2048
+    # Key/value heads (None: as many as query heads). Fewer share each one among several query heads
+    # (grouped-query attention, as most released models do): a smaller KV cache to attend over.
+    n_head_kv: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("n_embd", "n_head", "n_ff", "n_ctx_train"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.n_embd % self.n_head:
+            raise ConfigError(f"n_embd={self.n_embd} must be a multiple of n_head={self.n_head}")
+        kv = self.kv_heads
+        if not 1 <= kv <= self.n_head or self.n_head % kv:
+            raise ConfigError(f"n_head_kv={self.n_head_kv} must divide n_head={self.n_head}")
+
+    @property
+    def kv_heads(self) -> int:
+        """The key/value heads (``n_head_kv``, or ``n_head`` where None)."""
+        return self.n_head if self.n_head_kv is None else self.n_head_kv
 
 
 def _random_weights(n_layers: int, n_vocab: int, shape: TinyShape, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     e, f = shape.n_embd, shape.n_ff
+    kv = shape.kv_heads * (e // shape.n_head)  # rows of the key and value projections
 
     def w(rows: int, cols: int, scale: float) -> np.ndarray:
         return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
@@ -111,8 +130,8 @@ def _random_weights(n_layers: int, n_vocab: int, shape: TinyShape, seed: int) ->
         p = f"blk.{i}."
         weights |= {
             p + "attn_norm.weight": np.ones(e, dtype=np.float32),
-            p + "attn_q.weight": w(e, e, 1.0), p + "attn_k.weight": w(e, e, 1.0),
-            p + "attn_v.weight": w(e, e, 1.0), p + "attn_output.weight": w(e, e, 1.0),
+            p + "attn_q.weight": w(e, e, 1.0), p + "attn_k.weight": w(kv, e, 1.0),
+            p + "attn_v.weight": w(kv, e, 1.0), p + "attn_output.weight": w(e, e, 1.0),
             p + "ffn_norm.weight": np.ones(e, dtype=np.float32),
             p + "ffn_gate.weight": w(f, e, 1.0), p + "ffn_up.weight": w(f, e, 1.0),
             p + "ffn_down.weight": w(e, f, 1.0),
@@ -137,7 +156,7 @@ def _write(path: Path, weights: dict[str, np.ndarray], n_layers: int, shape: Tin
     writer.add_block_count(n_layers)
     writer.add_feed_forward_length(shape.n_ff)
     writer.add_head_count(shape.n_head)
-    writer.add_head_count_kv(shape.n_head)
+    writer.add_head_count_kv(shape.kv_heads)
     writer.add_rope_dimension_count(shape.n_embd // shape.n_head)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(getattr(gguf.LlamaFileType, file_type))

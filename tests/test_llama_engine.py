@@ -362,3 +362,33 @@ def test_requantize_names_what_is_wrong(tiny_family, tmp_path):
     with pytest.raises(EngineError, match="could not quantize"):
         requantize(broken, tmp_path / "x.gguf", "f16", threads=1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.gguf"]  # nothing written, nothing left
+
+
+def test_tiny_models_with_grouped_query_attention(tmp_path):
+    """``TinyShape(n_head_kv=)`` writes fewer key/value heads (the shape most released models have); the
+    family loads and speculates exactly, and the default (as many as query heads) writes the same file as before."""
+    import gguf
+
+    from specdec_gguf.errors import ConfigError
+    from specdec_gguf.tiny import write_tiny_model
+
+    family = write_tiny_family(tmp_path / "gqa", target_layers=2, shape=TinyShape(n_head=4, n_head_kv=1))
+    reader = gguf.GGUFReader(str(family.target))
+    assert int(reader.fields["llama.attention.head_count_kv"].parts[-1][0]) == 1
+    shapes = {t.name: tuple(int(d) for d in t.shape) for t in reader.tensors}
+    assert shapes["blk.0.attn_k.weight"] == (64, 16) and shapes["blk.0.attn_q.weight"] == (64, 64)  # one head of 16
+    with LlamaCppEngine(family.target, n_ctx=256, n_threads=1) as target, \
+            LlamaCppEngine(family.draft, n_ctx=256, n_threads=1) as draft:
+        prompt = target.tokenize(PROMPT_TEXT)
+        reference = plain_reference(target, prompt, 24)
+        out = SpeculativeDecoder(target, AutoregressiveDrafter(draft), num_draft_tokens=4, adaptive=False).generate(
+            prompt, 24)
+        assert_matches_plain(out.tokens, reference, strict=strict_identity(target))
+        assert out.stats.accepted > 0  # (the draft's greedy tokens were the target's often enough to count)
+
+    same = write_tiny_model(tmp_path / "explicit.gguf", shape=TinyShape(n_head_kv=4))
+    assert same.read_bytes() == write_tiny_model(tmp_path / "default.gguf").read_bytes()
+    with pytest.raises(ConfigError, match="n_head_kv=3 must divide n_head=4"):
+        TinyShape(n_head_kv=3)
+    with pytest.raises(ConfigError, match="n_embd=66 must be a multiple of n_head=4"):
+        TinyShape(n_embd=66)
