@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specdec_gguf.factory import open_engine
-from specdec_gguf.profile import CALIBRATION_SIZES, measure, save
+from specdec_gguf.profile import CALIBRATION_SIZES, measure, save, with_timed_context
 from specdec_gguf.settings import EngineSettings
 
 from .common import handle_errors
@@ -44,16 +44,21 @@ def calibrate(
     try:
         profile = measure(engine, size_list, repeats, token=max(engine.bos_token, 0))
         profile.key = engine.profile_key
-        attention = getattr(engine, "attention", None)  # (flash attention timed on a CPU: see docs/configuration.md)
+        attention = engine.attention  # (flash attention timed on a CPU: see docs/configuration.md)
     finally:
         engine.close()
     saved = save_profile and profile.plausible
     if saved:
         save(profile)
+    priced = with_timed_context(profile, attention)  # (what runs price passes with past the short context)
+    timed_context = ({"long_context": priced.long_context,
+                      "long_seconds": {str(n): s for n, s in sorted(priced.long_seconds.items())}}
+                     if priced is not profile else None)
     if json_out:
         print(json.dumps({**profile.as_dict(), "ratios": {str(n): r for n, r in profile.ratios().items()},
                           "plausible": profile.plausible, "saved": saved,
-                          "attention": attention.as_dict() if attention is not None else None}))
+                          "attention": attention.as_dict() if attention is not None else None,
+                          "priced_long_context": timed_context}))
         return
     table = Table(title=f"{model.name}: one target pass over n tokens", header_style="bold")
     for col in ("n", "seconds", "vs n=1", "per token"):
@@ -64,10 +69,11 @@ def calibrate(
     console.print(table)
     console.print(f"a one-token pass after a pass of another size (the plain step after a verify pass) costs "
                   f"{profile.switch_seconds * 1e3:.2f} ms more: llama.cpp rebuilds its graph when the size changes")
-    if profile.long_seconds:
-        long = profile.long_seconds
+    if priced.long_seconds:
+        long = priced.long_seconds
         largest = max(long)
-        console.print(f"after {profile.long_context} tokens of context: n=1 {long[1] * 1e3:.2f} ms, n={largest} "
+        source = " (the flash attention timing's passes below)" if timed_context is not None else ""
+        console.print(f"after {priced.long_context} tokens of context{source}: n=1 {long[1] * 1e3:.2f} ms, n={largest} "
                       f"{long[largest] * 1e3:.2f} ms ({long[largest] / long[1]:.2f}x): runs price passes at their "
                       f"prompt's length")
     else:

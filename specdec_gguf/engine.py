@@ -19,6 +19,7 @@ import numpy as np
 from .errors import ConfigError, EngineError
 
 if TYPE_CHECKING:
+    from .attention import AttentionChoice
     from .exactness import Exactness
     from .proposal import DraftProposal, VerificationPolicy
     from .schedule import DraftBudget
@@ -149,6 +150,7 @@ class TextModel(SpeculativeEngine, Protocol):
     model_path: object  # pathlib.Path
     architecture: str
     exactness: Exactness | None  # exact mode's self-test verdict (docs/exactness.md); None when exact mode is off
+    attention: AttentionChoice | None  # flash attention as flash_attn="auto" timed it on a CPU; None: not timed
 
     @property
     def decode_seconds(self) -> float:

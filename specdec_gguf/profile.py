@@ -15,12 +15,15 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .engine import SpeculativeEngine, TextModel
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .attention import AttentionChoice
 
 # Pass sizes measured at load: n = k + 1 for k = 0, 1, 2, 4, 8 draft tokens; larger sizes
 # are extrapolated, then measured online when the schedule uses them.
@@ -351,6 +354,24 @@ def distrust(profile: CostProfile) -> bool:
     return True
 
 
+def with_timed_context(profile: CostProfile, attention: AttentionChoice | None) -> CostProfile:
+    """``profile`` with the flash attention timing's passes as its long context, where that timing turned flash
+    attention off and ran after a longer context than the profile's own long timing (if any); else ``profile``.
+
+    Without flash attention llama.cpp attends over the cache in blocks of 256 cells, so the profile's passes
+    after 16 and 128 tokens run over the same 256 and the growth with the context shows only past 256 tokens,
+    where the timing's passes ran (over 512). Priced from the profile alone, a run after a 350-token prompt
+    took a one-token pass twice as dear as timed and scaled every pass size by that: a 3-token verify pass
+    of a 12-layer Q8_0 model priced at 1.43 one-token passes cost 1.05, and drafting waited for the online
+    fit. (With flash attention on, the growth starts at once and the profile's own timing sees it.)"""
+    if attention is None or attention.flash_attn is not False or attention.context <= profile.long_context:
+        return profile
+    long = {n: s for n, s in attention.seconds.get("off", {}).items() if n in profile.seconds}
+    if 1 not in long or len(long) < 2 or not all(s > 0 for s in long.values()):
+        return profile
+    return replace(profile, long_context=attention.context, long_seconds=long)
+
+
 def profile_for(engine: SpeculativeEngine | None, *, use_cache: bool = True) -> CostProfile | None:
     """The engine's cost profile: cached if known, else measured now (and cached).
 
@@ -362,7 +383,7 @@ def profile_for(engine: SpeculativeEngine | None, *, use_cache: bool = True) -> 
     key = engine.profile_key
     cached = load_cached(key) if use_cache else None
     if cached is not None and cached.rounds >= FULL_ROUNDS:
-        return cached
+        return with_timed_context(cached, engine.attention)
     # None cached, or one measured in fewer rounds (the budget): this run times a round (more where
     # the budget allows) and keeps the fastest of all.
     profile = measure(engine, repeats=FULL_ROUNDS - cached.rounds if cached else FULL_ROUNDS,
@@ -373,5 +394,5 @@ def profile_for(engine: SpeculativeEngine | None, *, use_cache: bool = True) -> 
         profile.calibration_seconds = spent
     profile.key = key
     if use_cache and profile.plausible:  # an implausible one serves this run only; the next measures again
-        save(profile)
-    return profile
+        save(profile)  # (as measured: the timing's passes join it as it is read)
+    return with_timed_context(profile, engine.attention)

@@ -154,3 +154,45 @@ def test_a_child_process_engine_reports_its_childs_choice(tiny_family, own_cache
                           flash_attn="off")
     assert given.attention is None
     given.close()
+
+
+def test_a_profile_is_priced_past_its_short_context_from_the_timing_that_turned_flash_attention_off():
+    """Without flash attention the cost grows in 256-cell steps the profile's timing after 128 tokens can't see:
+    runs take the timing's passes after 256 as the long context; with it on, or a longer timing, nothing changes."""
+    from specdec_gguf.attention import AttentionChoice
+    from specdec_gguf.profile import CostProfile, with_timed_context
+
+    profile = CostProfile({1: 0.010, 2: 0.013, 5: 0.025, 9: 0.040}, long_context=128, long_seconds={1: 0.011, 9: 0.044})
+    off = AttentionChoice(flash_attn=False, context=256, seconds={"off": {1: 0.020, 5: 0.030}, "on": {1: 0.03, 5: 0.05}})
+    priced = with_timed_context(profile, off)
+    assert (priced.long_context, priced.long_seconds) == (256, {1: 0.020, 5: 0.030})
+    assert priced.seconds == profile.seconds and priced.measured_at == profile.measured_at
+    # After 256 tokens a one-token pass costs what the timing found, not the short curve's price grown by 128's slope.
+    assert priced.at_context(256).cost(1) == pytest.approx(0.020)
+    assert profile.at_context(256).cost(1) == pytest.approx(0.011)
+    for choice in (AttentionChoice(flash_attn=True, context=256, seconds=off.seconds),  # on: its growth starts at once
+                   AttentionChoice(flash_attn=None, reason="too slow"),
+                   AttentionChoice(flash_attn=False, context=96, seconds=off.seconds),  # no longer than the profile's
+                   AttentionChoice(flash_attn=False, context=256, seconds={"off": {1: 0.020, 3: 0.03}}),  # 3 not profiled
+                   None):
+        assert with_timed_context(profile, choice) is profile, choice
+
+
+def test_profile_for_prices_with_the_timing_and_caches_the_profile_as_measured(tiny_family, own_cache):
+    from specdec_gguf.profile import load_cached, profile_for
+
+    _open(tiny_family).close()  # (times the choice and caches it)
+    (path,) = own_cache.glob("profiles/attention-*.json")
+    data = json.loads(path.read_text())
+    timed_off = {"1": 0.003, "5": 0.004}  # (set here, so the test reads them back, whatever this machine timed)
+    data.update(flash_attn=False, seconds={"on": {"1": 0.005, "5": 0.009}, "off": timed_off})
+    path.write_text(json.dumps(data))
+    engine = _open(tiny_family)
+    try:
+        assert engine.attention.flash_attn is False
+        priced = profile_for(engine)
+    finally:
+        engine.close()
+    assert priced.long_context == attention.PROBE_CONTEXT and priced.long_seconds == {1: 0.003, 5: 0.004}
+    stored = load_cached(priced.key)  # (the cache keeps the profile as measured: the timing may be timed again)
+    assert stored is not None and stored.seconds == priced.seconds and stored.long_context < attention.PROBE_CONTEXT

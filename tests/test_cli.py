@@ -358,6 +358,11 @@ def test_calibrate_prints_and_caches_the_cost_curve(tiny_family, tmp_path, monke
     assert set(out["attention"]["seconds"]) == {"on", "off"} and isinstance(out["attention"]["flash_attn"], bool)
     kept = "on" if out["attention"]["flash_attn"] else "off"
     assert f"flash attention {kept} (a 1-token + 5-token pass after 256 tokens" in again.stdout
+    # Turned off, runs price the passes past 128 tokens from that timing's (after 256): JSON says so.
+    priced = out["priced_long_context"]
+    assert (priced is not None) == (out["attention"]["flash_attn"] is False), priced
+    if priced is not None:
+        assert priced["long_context"] == 256 and set(priced["long_seconds"]) == {"1", "5"}
     # -fa sets it: no timing, the curve is that setting's (stored under its own key).
     forced = json.loads(invoke("calibrate", tiny_family.target, "-c", "512", "-t", "1", "-fa", "off", "--no-save",
                                "--json").stdout)
