@@ -21,7 +21,7 @@ from specdec_gguf.proposal import NO_PROPOSAL
 from specdec_gguf.confidence import AcceptanceModel
 from specdec_gguf.drafters import PromptLookupDrafter
 from specdec_gguf.profile import (CALIBRATION_SIZES, MAX_RECHECKS, CostProfile, distrust, load_cached, measure,
-                                  profile_for, save)
+                                  profile_for, save, with_timed_context)
 from specdec_gguf.schedule import AdaptiveSchedule, DraftSchedule, FixedSchedule, ScheduleConstants
 from specdec_gguf.simulation import (CURVES, Trace, curve_profile, in_turn, remembered, simulate, simulate_run,
                                     synthetic_traces)
@@ -1240,7 +1240,9 @@ def test_profile_for_measures_once_then_reads_the_cache(tiny_engines, tmp_path, 
     first = profile_for(target)
     assert first is not None and not first.from_cache and first.calibration_seconds > 0
     assert set(first.seconds) >= {1, 2, 3, 5, 9} and all(s > 0 for s in first.seconds.values())
-    assert first.long_context == 128 and set(first.long_seconds) == {1, 9}  # a tiny model: the long context fits
+    measured = load_cached(first.key)  # (as measured; runs price it with the flash attention timing's passes)
+    assert measured.long_context == 128 and set(measured.long_seconds) == {1, 9}  # a tiny model: the long context fits
+    assert first.long_seconds == with_timed_context(measured, target.attention).long_seconds
     assert target.n_past == 0  # measuring leaves the cache empty
     second = profile_for(target)
     assert second is not None and second.from_cache and second.seconds == first.seconds
