@@ -356,15 +356,18 @@ def distrust(profile: CostProfile) -> bool:
 
 def with_timed_context(profile: CostProfile, attention: AttentionChoice | None) -> CostProfile:
     """``profile`` with the flash attention timing's passes as its long context, where that timing turned flash
-    attention off and ran after a longer context than the profile's own long timing (if any); else ``profile``.
+    attention off and the profile has no long-context timing of its own (too slow a model for the calibration
+    budget); else ``profile``.
 
-    Without flash attention llama.cpp attends over the cache in blocks of 256 cells, so the profile's passes
-    after 16 and 128 tokens run over the same 256 and the growth with the context shows only past 256 tokens,
-    where the timing's passes ran (over 512). Priced from the profile alone, a run after a 350-token prompt
-    took a one-token pass twice as dear as timed and scaled every pass size by that: a 3-token verify pass
-    of a 12-layer Q8_0 model priced at 1.43 one-token passes cost 1.05, and drafting waited for the online
-    fit. (With flash attention on, the growth starts at once and the profile's own timing sees it.)"""
-    if attention is None or attention.flash_attn is not False or attention.context <= profile.long_context:
+    Such a profile takes the costs as the same at any context. Without flash attention they are not: llama.cpp
+    attends over the cache in blocks of 256 cells, and past 256 tokens, where the timing's passes ran (over
+    512), a one-token pass costs more. Priced from the profile alone, a run after a 350-token prompt on a
+    12-layer Q8_0 model scaled every pass size by its dearer one-token pass (a 3-token verify pass priced at
+    1.43 one-token passes cost 1.05) until the online fit had verify passes to go on. (A fast model's own timing
+    after 128 tokens stays: priced from the timing's instead, the tiny F32 pair looked at its draft once an
+    answer after long prompts, 0.986x -> 0.966x plain at 1 thread. With flash attention on the growth starts at
+    once, and the profile's own timing sees it.)"""
+    if attention is None or attention.flash_attn is not False or profile.long_seconds:
         return profile
     long = {n: s for n, s in attention.seconds.get("off", {}).items() if n in profile.seconds}
     if 1 not in long or len(long) < 2 or not all(s > 0 for s in long.values()):

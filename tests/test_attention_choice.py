@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from specdec_gguf.engines import LlamaCppEngine
+from specdec_gguf.profile import CostProfile
 from specdec_gguf.engines.llama_cpp import attention
 
 CONTEXT = list(range(5, 305))  # long enough that the two settings' logits differ in their last bits
@@ -157,42 +158,48 @@ def test_a_child_process_engine_reports_its_childs_choice(tiny_family, own_cache
 
 
 def test_a_profile_is_priced_past_its_short_context_from_the_timing_that_turned_flash_attention_off():
-    """Without flash attention the cost grows in 256-cell steps the profile's timing after 128 tokens can't see:
-    runs take the timing's passes after 256 as the long context; with it on, or a longer timing, nothing changes."""
+    """A profile too slow to time after a long context takes its costs as the same at any context; without flash
+    attention they grow past 256 tokens, where the timing ran: runs take its passes as the long context. With it
+    on, or a long-context timing of the profile's own, nothing changes."""
     from specdec_gguf.attention import AttentionChoice
-    from specdec_gguf.profile import CostProfile, with_timed_context
+    from specdec_gguf.profile import with_timed_context
 
-    profile = CostProfile({1: 0.010, 2: 0.013, 5: 0.025, 9: 0.040}, long_context=128, long_seconds={1: 0.011, 9: 0.044})
+    profile = CostProfile({1: 0.010, 2: 0.013, 5: 0.025, 9: 0.040})  # (no long-context timing: a slow model)
     off = AttentionChoice(flash_attn=False, context=256, seconds={"off": {1: 0.020, 5: 0.030}, "on": {1: 0.03, 5: 0.05}})
     priced = with_timed_context(profile, off)
     assert (priced.long_context, priced.long_seconds) == (256, {1: 0.020, 5: 0.030})
     assert priced.seconds == profile.seconds and priced.measured_at == profile.measured_at
-    # After 256 tokens a one-token pass costs what the timing found, not the short curve's price grown by 128's slope.
-    assert priced.at_context(256).cost(1) == pytest.approx(0.020)
-    assert profile.at_context(256).cost(1) == pytest.approx(0.011)
+    # After 256 tokens a one-token pass costs what the timing found, not the short curve's price.
+    assert priced.at_context(256).cost(1) == pytest.approx(0.020) and priced.at_context(136).cost(1) == pytest.approx(0.015)
+    assert profile.at_context(256).cost(1) == pytest.approx(0.010)
     for choice in (AttentionChoice(flash_attn=True, context=256, seconds=off.seconds),  # on: its growth starts at once
                    AttentionChoice(flash_attn=None, reason="too slow"),
-                   AttentionChoice(flash_attn=False, context=96, seconds=off.seconds),  # no longer than the profile's
                    AttentionChoice(flash_attn=False, context=256, seconds={"off": {1: 0.020, 3: 0.03}}),  # 3 not profiled
                    None):
         assert with_timed_context(profile, choice) is profile, choice
+    own = CostProfile(profile.seconds, long_context=128, long_seconds={1: 0.011, 9: 0.044})  # a fast model's
+    assert with_timed_context(own, off) is own
 
 
 def test_profile_for_prices_with_the_timing_and_caches_the_profile_as_measured(tiny_family, own_cache):
-    from specdec_gguf.profile import load_cached, profile_for
+    from specdec_gguf.profile import load_cached, profile_for, save
 
     _open(tiny_family).close()  # (times the choice and caches it)
     (path,) = own_cache.glob("profiles/attention-*.json")
     data = json.loads(path.read_text())
-    timed_off = {"1": 0.003, "5": 0.004}  # (set here, so the test reads them back, whatever this machine timed)
-    data.update(flash_attn=False, seconds={"on": {"1": 0.005, "5": 0.009}, "off": timed_off})
-    path.write_text(json.dumps(data))
+    data.update(flash_attn=False, seconds={"on": {"1": 0.005, "5": 0.009}, "off": {"1": 0.003, "5": 0.004}})
+    path.write_text(json.dumps(data))  # (set here, so the test reads them back, whatever this machine timed)
     engine = _open(tiny_family)
     try:
         assert engine.attention.flash_attn is False
+        measured = profile_for(engine)  # (a tiny model: timed after a long context too, so priced from its own)
+        assert measured.long_context == 128
+        # As a model too slow to time after a long context would have it cached: no long-context timing.
+        save(CostProfile(measured.seconds, switch_seconds=measured.switch_seconds, key=measured.key))
         priced = profile_for(engine)
     finally:
         engine.close()
-    assert priced.long_context == attention.PROBE_CONTEXT and priced.long_seconds == {1: 0.003, 5: 0.004}
+    assert priced.from_cache and priced.long_context == attention.PROBE_CONTEXT
+    assert priced.long_seconds == {1: 0.003, 5: 0.004}
     stored = load_cached(priced.key)  # (the cache keeps the profile as measured: the timing may be timed again)
-    assert stored is not None and stored.seconds == priced.seconds and stored.long_context < attention.PROBE_CONTEXT
+    assert stored is not None and stored.seconds == priced.seconds and not stored.long_seconds

@@ -358,17 +358,37 @@ def test_calibrate_prints_and_caches_the_cost_curve(tiny_family, tmp_path, monke
     assert set(out["attention"]["seconds"]) == {"on", "off"} and isinstance(out["attention"]["flash_attn"], bool)
     kept = "on" if out["attention"]["flash_attn"] else "off"
     assert f"flash attention {kept} (a 1-token + 5-token pass after 256 tokens" in again.stdout
-    # Turned off, runs price the passes past 128 tokens from that timing's (after 256): JSON says so.
-    priced = out["priced_long_context"]
-    assert (priced is not None) == (out["attention"]["flash_attn"] is False), priced
-    if priced is not None:
-        assert priced["long_context"] == 256 and set(priced["long_seconds"]) == {"1", "5"}
+    # A model timed after a long context of its own is priced from that, whatever flash attention does (a slow one
+    # that was not, from the timing that turned flash attention off: test_attention_choice).
+    assert out["priced_long_context"] is None
     # -fa sets it: no timing, the curve is that setting's (stored under its own key).
     forced = json.loads(invoke("calibrate", tiny_family.target, "-c", "512", "-t", "1", "-fa", "off", "--no-save",
                                "--json").stdout)
     assert forced["attention"] is None and '"flash_attn": "off"' in forced["key"]
     bad = invoke("calibrate", tiny_family.target, "--sizes", "0,x")
     assert bad.exit_code == 1 and "--sizes" in bad.stderr
+
+
+def test_calibrate_shows_the_long_context_runs_price_from_the_flash_attention_timing(tiny_family, tmp_path,
+                                                                                       monkeypatch):
+    """A model too slow to time after a long context, whose flash attention timing turned it off: calibrate says runs
+    price passes past the short context from that timing's (text and JSON). Fails if it printed "not timed"."""
+    import specdec_gguf.profile as profile
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(profile, "_long_context", lambda *args, **kwargs: {})  # (as the budget skips it on a slow model)
+    assert invoke("calibrate", tiny_family.target, "-c", "512", "-t", "1", "--no-save").exit_code == 0
+    (path,) = tmp_path.glob("profiles/attention-*.json")
+    data = json.loads(path.read_text())
+    data.update(flash_attn=False, seconds={"on": {"1": 0.005, "5": 0.009}, "off": {"1": 0.003, "5": 0.004}})
+    path.write_text(json.dumps(data))
+    text = invoke("calibrate", tiny_family.target, "-c", "512", "-t", "1", "--no-save")
+    printed = " ".join(text.stdout.split())  # (the console wraps lines)
+    assert "after 256 tokens of context (the flash attention timing's passes below): n=1 3.00 ms, n=5 4.00 ms" \
+        in printed and "not timed" not in printed
+    out = json.loads(invoke("calibrate", tiny_family.target, "-c", "512", "-t", "1", "--no-save", "--json").stdout)
+    assert out["long_seconds"] == {} and out["priced_long_context"] == {"long_context": 256,
+                                                                       "long_seconds": {"1": 0.003, "5": 0.004}}
 
 
 def test_run_without_profile_cache(tiny_family):
