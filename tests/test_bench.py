@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from specdec_cli.app import app
 from specdec_gguf.benchmark import Strategy, Trial, peer_strategy, run_trials, summarize
+import specdec_gguf.profile as profile_mod
 from specdec_gguf.errors import ConfigError
 from specdec_gguf.settings import DrafterSettings
 
@@ -936,6 +937,34 @@ def test_flash_attention_times_both_settings_per_prompt_and_says_what_auto_chose
         assert ratio == pytest.approx(p_on / p_off, rel=0.03) and a_ratio == pytest.approx(a_on / a_off, rel=0.03)
         assert up_on == pytest.approx(p_on / a_on, rel=0.03) and up_off == pytest.approx(p_off / a_off, rel=0.03)
     assert lines[-1].startswith('flash_attn="auto" for this target: flash attention ')
+
+
+def test_timed_context_compares_the_profiles_alone_with_them_priced_per_prompt(monkeypatch, capsys, tmp_path):
+    """benchmarks/timed_context.py on a tiny family: what each engine's profile says after a long context, a paired
+    ratio per prompt for both adaptive arms and their counts; and its "alone" arm really reads the profiles as
+    cached. Fails if a prompt's row were missing or the arms' profiles were not what they are named."""
+    import sys
+
+    from specdec_gguf.attention import AttentionChoice
+    from specdec_gguf.prompts import PROMPT_SETS
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+    bench = _benchmark("timed_context")
+    monkeypatch.setattr(sys, "argv", ["timed_context.py", "tiny-f32", "--threads", "1", "-n", "4", "--repeats", "1",
+                                      "--set", "short"])
+    bench.main()
+    out = capsys.readouterr().out
+    assert "target: flash attention" in out and "draft: flash attention" in out and "long context alone" in out
+    pids = [pid for pid, _, _ in PROMPT_SETS["short"]]
+    for arm in ("alone", "shipped"):
+        (line,) = [line for line in out.splitlines() if line.split()[:1] == [arm] and "=" in line and "/" not in line]
+        ratios = dict(cell.split("=") for cell in line.split()[2:])
+        assert list(ratios) == pids and all(float(r) > 0 for r in ratios.values())
+    slow = profile_mod.CostProfile({1: 0.01, 5: 0.03})  # (no long-context timing of its own)
+    off = AttentionChoice(flash_attn=False, context=256, seconds={"off": {1: 0.02, 5: 0.04}})
+    with bench.profiles_alone(True):
+        assert profile_mod.with_timed_context(slow, off) is slow
+    assert profile_mod.with_timed_context(slow, off).long_context == 256  # (restored on leaving)
 
 
 def test_a_peer_runs_flash_attention_as_our_target_chose_it(tmp_path):
