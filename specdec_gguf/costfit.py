@@ -178,9 +178,12 @@ class DraftPrice:
         """Price proposals drafted after ``context`` committed tokens (``start`` and ``per_token``)."""
         if self.profile is None:
             return
-        per_token = self._pass(1, context)
-        self.start = self._scale * max(self._pass(2, context) + self.profile.switch_seconds - per_token, 0.0)
-        self.per_token = self._scale * per_token
+        self._price(context, self._pass(1, context))
+
+    def _price(self, context: int, one: float) -> None:
+        """``at_context`` with the profile's one-token pass at ``context`` (``one``) already known."""
+        self.start = self._scale * max(self._pass(2, context) + self.profile.switch_seconds - one, 0.0)  # type: ignore[union-attr]
+        self.per_token = self._scale * one
 
     def record(self, drafted: int, seconds: float, *, cold: bool = False, context: int = 0, untaken: int = 0) -> None:
         """A proposal of ``drafted`` tokens after ``context`` committed tokens took ``seconds`` to draft,
@@ -195,13 +198,13 @@ class DraftPrice:
             self.per_token = statistics.median(self._window)
             return
         tokens, before = self._fed(untaken, context)
+        one = self._pass(1, context)
         # (After a drafted round the first pass takes the anchor and the target's token after the kept ones.)
-        shaped = self._pass(max(tokens + 1, 2), before) + self.profile.switch_seconds \
-            + (drafted - 1) * self._pass(1, context)
+        shaped = self._pass(max(tokens + 1, 2), before) + self.profile.switch_seconds + (drafted - 1) * one
         ratio = seconds / shaped
         self._window.append(min(ratio, self._scale) if cold else ratio)
         self._scale = statistics.median(self._window)
-        self.at_context(context)
+        self._price(context, one)
 
     def _fed(self, untaken: int, context: int) -> tuple[int, int]:
         """The committed tokens a proposal's first pass takes in besides the anchor, and the context before
