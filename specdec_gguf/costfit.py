@@ -182,7 +182,8 @@ class DraftPrice:
 
     def _price(self, context: int, one: float) -> None:
         """``at_context`` with the profile's one-token pass at ``context`` (``one``) already known."""
-        self.start = self._scale * max(self._pass(2, context) + self.profile.switch_seconds - one, 0.0)  # type: ignore[union-attr]
+        profile: CostProfile = self.profile  # type: ignore[assignment]  (only called with one)
+        self.start = self._scale * max(self._pass(2, context) + profile.switch_seconds - one, 0.0)
         self.per_token = self._scale * one
 
     def record(self, drafted: int, seconds: float, *, cold: bool = False, context: int = 0, untaken: int = 0) -> None:

@@ -379,7 +379,9 @@ def profile_for(engine: SpeculativeEngine | None, *, use_cache: bool = True) -> 
     """The engine's cost profile: cached if known, else measured now (and cached).
 
     None for engines that don't name their speed (not a ``TextModel``, e.g. InMemoryEngine):
-    the schedule then learns costs online, assuming linear costs until it has measured.
+    the schedule then learns costs online, assuming linear costs until it has measured. Priced past the
+    short context with the engine's flash attention timing where that applies (``with_timed_context``);
+    cached as measured.
     """
     if engine is None or not isinstance(engine, TextModel):
         return None
