@@ -104,6 +104,25 @@ def test_nothing_is_timed_when_the_setting_is_given_or_exact_or_the_context_shor
     assert not list(own_cache.glob("profiles/attention-*.json"))
 
 
+def test_wide_heads_keep_llama_cpps_choice_untimed(tmp_path, own_cache, monkeypatch):
+    """Heads of WIDE_HEADS or more (Gemma 3's 256) are not timed: llama.cpp's kernel keeps up there. Fails if such a
+    model were timed, or a narrower one were not."""
+    from specdec_gguf.tiny import TinyShape, write_tiny_model
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("timed a model with wide heads")
+
+    wide = write_tiny_model(tmp_path / "wide.gguf", n_layers=1, shape=TinyShape(n_embd=256, n_head=2))  # heads of 128
+    monkeypatch.setattr(attention, "_time_both", no_timing)
+    with LlamaCppEngine(wide, n_ctx=512, n_batch=64, n_threads=1) as engine:
+        assert attention.head_size(engine._model) == attention.WIDE_HEADS
+        assert engine.attention.flash_attn is None and "heads 128 wide" in engine.attention.summary()
+    assert not list(own_cache.glob("profiles/attention-*.json"))
+    narrow = write_tiny_model(tmp_path / "narrow.gguf", n_layers=1, shape=TinyShape(n_embd=192, n_head=2))  # 96
+    with pytest.raises(AssertionError, match="timed a model"):
+        LlamaCppEngine(narrow, n_ctx=512, n_batch=64, n_threads=1)
+
+
 def test_a_model_too_slow_to_time_keeps_llama_cpps_choice(tiny_family, own_cache, monkeypatch):
     """Far over the budget, the choice (llama.cpp's) is remembered; near it, the next load tries again (a busy
     moment must not turn the timing off for good). Fails if a near miss were cached or a sure one were not."""

@@ -17,6 +17,7 @@ llama.cpp build (beside the cost profiles).
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import time
 from pathlib import Path
@@ -35,12 +36,19 @@ PROBE_SIZES = (1, 5)  # a plain step and a verify pass: the choice minimises the
 OFF_MARGIN = 0.9
 PROBE_REPEATS = 4  # the fastest of this many timings of each pass (the first also builds its graph)
 # Seconds the two contexts' prefills may take, estimated from their first 16 and 64 tokens' pace: a model slower than
-# that (weights, not attention, decide its costs) keeps llama.cpp's own choice untimed.
-PROBE_BUDGET = 1.5
+# that (weights, not attention, decide its costs) keeps llama.cpp's own choice untimed. At 1.5 a 12-layer d1024 Q8_0
+# model at 1 thread (~2.4 s to time) kept it on, and its adaptive answers after 350-380-token prompts ran 0.86x-0.90x
+# plain with it (1.39x-1.51x slower plain than with it off).
+PROBE_BUDGET = 3.0
+# Heads at least this wide keep llama.cpp's choice untimed: its kernel walks the cached keys one head-row at a time,
+# which costs little against the rest of a pass where each row is this long (Gemma 3 270M, heads of 256: on a
+# little faster everywhere; a 16-layer d2048 model, heads of 128: on and off within 1% after 350 tokens), and
+# timing them cost a second or two of a first load for the same answer.
+WIDE_HEADS = 128
 # ... and only a model this many times over it is remembered as too slow: one nearer it may have been timed in a
 # busy moment (a 165 MB model's estimate, 0.5 s of 0.75, read over it once here), so the next load tries again.
 SURE_TOO_SLOW = 3.0
-FORMAT = 1
+FORMAT = 2  # (2: a budget of 3 s: a choice cached as too slow to time under 1.5 s is timed again)
 
 
 def choose_flash_attn(model: Any, cparams: Any, key: str, token: int, n_ctx: int) -> AttentionChoice:
@@ -53,6 +61,9 @@ def choose_flash_attn(model: Any, cparams: Any, key: str, token: int, n_ctx: int
         # Never that long a context: short ones are where llama.cpp's choice wins (and `specdec inspect`'s
         # 64-token engines neither time nor cache a choice for the engines that run).
         return AttentionChoice(flash_attn=None, reason=f"a context shorter than {context + max(PROBE_SIZES)} tokens")
+    width = head_size(model)
+    if width >= WIDE_HEADS:
+        return AttentionChoice(flash_attn=None, reason=f"attention heads {width} wide, where its kernel keeps up")
     cached = _load(key)
     if cached is not None:
         return cached
@@ -67,6 +78,18 @@ def choose_flash_attn(model: Any, cparams: Any, key: str, token: int, n_ctx: int
     if seconds or over >= SURE_TOO_SLOW:  # (a failed context or a near miss of the budget: try again next load)
         write_cache_file(_path_for(key), {"format": FORMAT, "key": key, **choice.as_dict()})
     return choice
+
+
+def head_size(model: Any) -> int:
+    """How wide the model's attention heads are: its key length where the file gives one (Gemma 3: 256 for a
+    640-wide model with 4 heads), else the embedding over the heads (0: no heads)."""
+    buf = ctypes.create_string_buffer(64)
+    if lc.llama_model_meta_val_str(model, b"general.architecture", buf, len(buf)) > 0:
+        key = buf.value + b".attention.key_length"
+        if lc.llama_model_meta_val_str(model, key, buf, len(buf)) > 0 and buf.value.isdigit():
+            return int(buf.value)
+    heads = lc.llama_model_n_head(model)
+    return lc.llama_model_n_embd(model) // heads if heads > 0 else 0
 
 
 def _time_both(model: Any, cparams: Any, context: int, token: int) -> tuple[dict[str, dict[int, float]], float]:
