@@ -112,13 +112,13 @@ def test_wide_heads_keep_llama_cpps_choice_untimed(tmp_path, own_cache, monkeypa
     def no_timing(*args, **kwargs):
         raise AssertionError("timed a model with wide heads")
 
-    wide = write_tiny_model(tmp_path / "wide.gguf", n_layers=1, shape=TinyShape(n_embd=256, n_head=2))  # heads of 128
+    wide = write_tiny_model(tmp_path / "wide.gguf", n_layers=1, shape=TinyShape(n_embd=512, n_head=2))  # heads of 256
     monkeypatch.setattr(attention, "_time_both", no_timing)
     with LlamaCppEngine(wide, n_ctx=512, n_batch=64, n_threads=1) as engine:
         assert attention.head_size(engine._model) == attention.WIDE_HEADS
-        assert engine.attention.flash_attn is None and "heads 128 wide" in engine.attention.summary()
+        assert engine.attention.flash_attn is None and "heads 256 wide" in engine.attention.summary()
     assert not list(own_cache.glob("profiles/attention-*.json"))
-    narrow = write_tiny_model(tmp_path / "narrow.gguf", n_layers=1, shape=TinyShape(n_embd=192, n_head=2))  # 96
+    narrow = write_tiny_model(tmp_path / "narrow.gguf", n_layers=1, shape=TinyShape(n_embd=256, n_head=2))  # 128
     with pytest.raises(AssertionError, match="timed a model"):
         LlamaCppEngine(narrow, n_ctx=512, n_batch=64, n_threads=1)
 

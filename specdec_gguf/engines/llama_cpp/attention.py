@@ -9,7 +9,8 @@ and 64-token answers ran 1.3x-1.6x faster without it wherever the prompt was 200
 (0.83x-0.85x at 32-57 tokens: without it attention runs over the cache padded to 256 cells, a fixed price
 at short contexts; the timing's 261 tokens pay for 512); Gemma 3 270M (head size 256, one KV head) ran
 0.82x-1.0x without it.
-Neither setting wins on every model, so a model that runs on the CPU times both once, after
+Neither setting wins on every model, so a model that runs on the CPU, its heads narrower than ``WIDE_HEADS``, times
+both once, after
 ``PROBE_CONTEXT`` tokens of context (a chat turn with its template), and turns it off where that is
 clearly faster (``OFF_MARGIN``); the choice is cached per model file, threads, batch settings and
 llama.cpp build (beside the cost profiles).
@@ -41,10 +42,11 @@ PROBE_REPEATS = 4  # the fastest of this many timings of each pass (the first al
 # plain with it (1.39x-1.51x slower plain than with it off).
 PROBE_BUDGET = 3.0
 # Heads at least this wide keep llama.cpp's choice untimed: its kernel walks the cached keys one head-row at a time,
-# which costs little against the rest of a pass where each row is this long (Gemma 3 270M, heads of 256: on a
-# little faster everywhere; a 16-layer d2048 model, heads of 128: on and off within 1% after 350 tokens), and
-# timing them cost a second or two of a first load for the same answer.
-WIDE_HEADS = 128
+# which costs little against the rest of a pass where each row is this long (Gemma 3 270M, heads of 256: on 2%-7%
+# faster after 256 tokens, a little faster everywhere), and timing it cost a second or two of a first load for the
+# same answer. Heads of 128 are still timed: a 16-layer d2048 model's 9-token pass ran 12% / 25% faster with it off
+# after 350 / 1000 tokens (its one-token pass within 1% / 15%).
+WIDE_HEADS = 256
 # ... and only a model this many times over it is remembered as too slow: one nearer it may have been timed in a
 # busy moment (a 165 MB model's estimate, 0.5 s of 0.75, read over it once here), so the next load tries again.
 SURE_TOO_SLOW = 3.0
