@@ -9,10 +9,9 @@ and 64-token answers ran 1.3x-1.6x faster without it wherever the prompt was 200
 (0.83x-0.85x at 32-57 tokens: without it attention runs over the cache padded to 256 cells, a fixed price
 at short contexts; the timing's 261 tokens pay for 512); Gemma 3 270M (head size 256, one KV head) ran
 0.82x-1.0x without it.
-Neither setting wins on every model, so a model that runs on the CPU, its heads narrower than ``WIDE_HEADS``, times
-both once, after
-``PROBE_CONTEXT`` tokens of context (a chat turn with its template), and turns it off where that is
-clearly faster (``OFF_MARGIN``); the choice is cached per model file, threads, batch settings and
+Neither setting wins on every model, so a model that runs on the CPU, its heads narrower than ``WIDE_HEADS``,
+times both once, after ``PROBE_CONTEXT`` tokens of context (a chat turn with its template), and turns it off where
+that is clearly faster (``OFF_MARGIN``); the choice is cached per model file, threads, batch settings and
 llama.cpp build (beside the cost profiles).
 """
 
