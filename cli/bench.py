@@ -183,7 +183,7 @@ def bench(
 
         # llama.cpp with our target's settings: exact mode's, and flash attention as "auto" chose it here.
         exact_peer = bool(exact or exact_warn)
-        chosen = getattr(target, "attention", None)
+        chosen = target.attention
         same = dict(threads=threads, n_ctx=ctx_size, exact=exact_peer,
                     flash_attn=chosen.flash_attn if chosen is not None else None)
         if prompt_lookup:

@@ -69,7 +69,7 @@ def create_app(service: ModelService, *, api_key: str | None = None) -> Starlett
         return await generate(request, "completion")
 
     exactness = service.target.exactness  # exact mode's verdict, fixed at load
-    attention = getattr(service.target, "attention", None)  # flash attention as "auto" chose it at load
+    attention = service.target.attention  # flash attention as "auto" chose it at load
 
     async def models(request: Request) -> Response:
         check_key(request)
