@@ -69,26 +69,35 @@ def arguments(doc: str, threads: int, by_round: bool = False) -> argparse.Namesp
     return parser.parse_args()
 
 
-READS = 5  # the decoder's clock readings a round: its start, the pass's start and end, the round's end, done
+READS = 5  # the decoder's clock readings a plain-step round: its start, the pass's start and end, the round's end, done
+# ... and one fewer where the round verified drafted tokens (the pass's end is not read apart from the round's end).
 
 
 def _rounds_timed(decoder: SpeculativeDecoder, tokens: list[int], n: int) -> tuple[list[float], list[str]]:
     """Run ``decoder`` on ``tokens``: each round's seconds (the decoder's own clock readings: ``READS`` a round
-    after the prefill's 2), and what each round did (``KINDS``; none without a drafter)."""
+    after the prefill's 2, one fewer in a round that verified drafted tokens), and what each round did
+    (``KINDS``; none without a drafter). Rounds are told apart by the target's one pass a round."""
     stamps: list[float] = []
+    verified: list[int] = []  # per round, the drafted tokens its pass verified
     kinds: list[str] = []
-    clock = decoder.clock
+    doing = ["pause"]  # what the current round did so far (until the round shows otherwise)
+    clock, target = decoder.clock, decoder.target
+    forward = target.forward_proposal
 
     def timed() -> float:
         stamps.append(clock())
-        if len(stamps) > 2 and (len(stamps) - 2) % READS == 1:
-            kinds.append("pause")  # (until the round shows otherwise)
         return stamps[-1]
+
+    def forwarding(anchor, proposal, **kwargs):
+        verified.append(len(proposal.tokens))
+        kinds.append(doing[0])
+        doing[0] = "pause"
+        return forward(anchor, proposal, **kwargs)
 
     def marking(kind: str, call):
         def marked(*args, **kwargs):
-            if kinds and kinds[-1] != "told":
-                kinds[-1] = kind
+            if doing[0] != "told":
+                doing[0] = kind
             return call(*args, **kwargs)
         return marked
 
@@ -96,8 +105,19 @@ def _rounds_timed(decoder: SpeculativeDecoder, tokens: list[int], n: int) -> tup
     if decoder.drafter is not None:
         decoder.schedule.next_k = marking("consulted", decoder.schedule.next_k)  # type: ignore[method-assign]
         decoder._tell = marking("told", decoder._tell)  # type: ignore[method-assign]
-    decoder.generate(tokens, n, ignore_eog=True)
-    rounds = [stamps[i + READS - 1] - stamps[i] for i in range(2, len(stamps) - READS + 1, READS)]
+    target.forward_proposal = forwarding  # type: ignore[method-assign]  (this engine only, until the run ends)
+    try:
+        decoder.generate(tokens, n, ignore_eog=True)
+    finally:
+        del target.forward_proposal
+    rounds, at = [], 2
+    for drafted in verified:
+        reads = READS - 1 if drafted else READS
+        rounds.append(stamps[at + reads - 1] - stamps[at])
+        at += reads
+    if at != len(stamps):  # (a decoder whose rounds read its clock otherwise: READS no longer says)
+        raise RuntimeError(f"the decoder read its clock {len(stamps)} times where its {len(verified)} rounds "
+                           f"account for {at}: update READS")
     if decoder.drafter is None:
         return rounds, []
     kinds[-1] = "last"

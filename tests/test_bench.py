@@ -894,11 +894,11 @@ def test_sampled_acceptance_reads_each_positions_chance_from_the_two_rows(tiny_f
     assert script.explained_by_buckets(decided, 1) == pytest.approx(0.0)
 
 
-def test_round_overhead_by_round_times_every_round_and_names_what_it_did(tiny_engines):
+def test_round_overhead_by_round_times_every_round_and_names_what_it_did(tiny_engines, monkeypatch):
     """benchmarks/round_overhead.py --by-round: one time per round and, per adaptive round, what it did, the first
     consulting the drafter and the last ending the generation; plain's rounds are named nothing. Fails if rounds
-    were split or merged (the decoder's clock readings per round changed) or a round that consulted were taken
-    for a pause."""
+    were split or merged (the decoder's clock readings per round changed), a round that consulted were taken
+    for a pause, or a round that verified drafted tokens (one clock reading fewer) shifted the rounds after it."""
     round_overhead = _benchmark("round_overhead")
     target, _ = tiny_engines
     tokens = target.tokenize("one two three four five six seven eight nine ten")
@@ -913,6 +913,25 @@ def test_round_overhead_by_round_times_every_round_and_names_what_it_did(tiny_en
         else:
             assert len(kinds) == len(rounds) and kinds[0] == "consulted" and kinds[-1] == "last"
             assert set(kinds) <= set(round_overhead.KINDS)
+    # Rounds that verify drafted tokens read the clock once fewer: a fixed-k lookup on a prompt it copies from
+    # verifies in most rounds, and each round still gets its own time (a stride of READS read them misaligned).
+    from specdec_gguf.decoder import SpeculativeDecoder
+    from specdec_gguf.drafters import PromptLookupDrafter
+    from specdec_gguf.schedule import FixedSchedule
+
+    passes: list[int] = []  # drafted tokens each of the run's passes verified
+    forward = type(target).forward_proposal
+
+    def counting(self, anchor, proposal, **kwargs):
+        passes.append(len(proposal.tokens))
+        return forward(self, anchor, proposal, **kwargs)
+
+    monkeypatch.setattr(type(target), "forward_proposal", counting)
+    decoder = SpeculativeDecoder(target, PromptLookupDrafter(), schedule=FixedSchedule(4))
+    target.reset(0)
+    rounds, kinds = round_overhead._rounds_timed(decoder, tokens * 3, 24)
+    assert any(passes) and len(rounds) == len(kinds) == len(passes)
+    assert all(seconds > 0 for seconds in rounds)
 
 
 def test_flash_attention_times_both_settings_per_prompt_and_says_what_auto_chose(monkeypatch, capsys, tmp_path):
