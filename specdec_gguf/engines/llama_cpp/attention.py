@@ -17,7 +17,6 @@ llama.cpp build (beside the cost profiles).
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ import llama_cpp as lc
 
 from ...attention import AttentionChoice
 from ...profile import cache_dir, read_cache_file, write_cache_file
+from .metadata import meta_str
 
 PROBE_CONTEXT = 256  # tokens of context both settings are timed after
 PROBE_SIZES = (1, 5)  # a plain step and a verify pass: the choice minimises their sum ...
@@ -84,11 +84,10 @@ def choose_flash_attn(model: Any, cparams: Any, key: str, token: int, n_ctx: int
 def head_size(model: Any) -> int:
     """How wide the model's attention heads are: its key length where the file gives one (Gemma 3: 256 for a
     640-wide model with 4 heads), else the embedding over the heads (0: no heads)."""
-    buf = ctypes.create_string_buffer(64)
-    if lc.llama_model_meta_val_str(model, b"general.architecture", buf, len(buf)) > 0:
-        key = buf.value + b".attention.key_length"
-        if lc.llama_model_meta_val_str(model, key, buf, len(buf)) > 0 and buf.value.isdigit():
-            return int(buf.value)
+    architecture = meta_str(model, "general.architecture")
+    width = meta_str(model, f"{architecture}.attention.key_length") if architecture else None
+    if width is not None and width.isdigit():
+        return int(width)
     heads = lc.llama_model_n_head(model)
     return lc.llama_model_n_embd(model) // heads if heads > 0 else 0
 

@@ -26,6 +26,7 @@ from ...settings import EngineSettings
 from .backends import add_rpc_servers, build_id, device_list, extra_buffers_allowed
 from .exactness import apply_environment, note_compute, self_test, tiled_invariant
 from .attention import choose_flash_attn
+from .metadata import meta_str
 from .checkpoint import StateCheckpoint
 from .runtime import LogCapture, ensure_initialised
 from .vocab import LlamaVocab
@@ -67,9 +68,7 @@ class LlamaCppEngine(EngineBase):
         with self.log.active():
             self._load(s)
         if not validate:
-            buf = ctypes.create_string_buffer(128)
-            if lc.llama_model_meta_val_str(self._model, b"general.architecture", buf, 128) > 0:
-                self.architecture = buf.value.decode()
+            self.architecture = meta_str(self._model, "general.architecture") or self.architecture
         self._mem = lc.llama_get_memory(self._ctx)
         self._n_vocab = self.vocab.n_vocab
         self._n_ctx = int(lc.llama_n_ctx(self._ctx))
