@@ -42,6 +42,8 @@ BLEND = 0.5
 # What a stored calibration may say (a, s, d₁, d₂); outside: a damaged file, ignored. s >= 0.1
 # keeps the priors' order, as the online fit does.
 _BOUNDS = ((-8.0, 8.0), (0.1, 8.0), (-6.0, 6.0), (-6.0, 6.0))
+# What a stored draft price scale may say (costfit.DraftPrice.take_scale); outside: a damaged file, ignored.
+_SCALE_BOUNDS = (0.25, 8.0)
 # Seconds a run waits for another one's read-blend-write of the same calibration before it skips its own.
 LOCK_SECONDS = 2.0
 
@@ -53,10 +55,12 @@ _POLICIES = ((True, "greedy"), (False, "sampled"))
 @dataclass(frozen=True)
 class Stored:
     """What the store holds for a pair, per policy (True: greedy): the calibration, and the outcomes of
-    runs too short to teach one alone, pending until enough are in."""
+    runs too short to teach one alone, pending until enough are in; and for a draft model, what its
+    proposals cost in runs over what its profile says (``costfit.DraftPrice.take_scale``; None: not known)."""
 
     calibrations: dict[bool, Calibration] = field(default_factory=dict)
     pending: dict[bool, Counts] = field(default_factory=dict)
+    draft_scale: float | None = None
 
 
 def pair_key(target: SpeculativeEngine, drafter: DrafterEngine) -> str | None:
@@ -107,14 +111,22 @@ def _valid_counts(values: object) -> Counts | None:
     return hits, outcomes
 
 
+def _valid_scale(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    lo, hi = _SCALE_BOUNDS
+    return float(value) if math.isfinite(value) and lo <= value <= hi else None
+
+
 def recall(key: str | None) -> dict[bool, Calibration]:
     """The stored calibrations for greedy (True) and sampled (False) decoding under ``key``; those
     missing, unreadable, stored for another key or out of bounds are left out."""
-    return _read(key).calibrations
+    return recall_all(key).calibrations
 
 
-def _read(key: str | None) -> Stored:
-    """All that is stored under ``key`` (what is missing, unreadable or out of bounds left out)."""
+def recall_all(key: str | None) -> Stored:
+    """All that is stored under ``key``: the calibrations, pending outcomes and draft price scale (what is
+    missing, unreadable or out of bounds left out)."""
     if key is None:
         return Stored()
     try:
@@ -126,7 +138,8 @@ def _read(key: str | None) -> Stored:
     pending = data.get("pending") if isinstance(data.get("pending"), dict) else {}
     found = {greedy: (_valid(data.get(name)), _valid_counts(pending.get(name))) for greedy, name in _POLICIES}
     return Stored({greedy: cal for greedy, (cal, _) in found.items() if cal is not None},
-                  {greedy: counts for greedy, (_, counts) in found.items() if counts is not None})
+                  {greedy: counts for greedy, (_, counts) in found.items() if counts is not None},
+                  _valid_scale(data.get("draft_scale")))
 
 
 def blend(old: Sequence[float] | None, new: Sequence[float]) -> Calibration | None:
@@ -157,11 +170,13 @@ def blended(stored: Mapping[bool, Calibration], learned: Mapping[bool, Sequence[
 
 
 def passed_on(stored: Stored, learned: Mapping[bool, Sequence[float]],
-              short: Mapping[bool, tuple[Counts, Sequence[float]]] | None = None) -> Stored:
+              short: Mapping[bool, tuple[Counts, Sequence[float]]] | None = None,
+              draft_scale: float | None = None) -> Stored:
     """``stored`` after a run passed on ``learned`` (per policy, a calibration resting on enough outcomes:
     blended in) and ``short`` (per policy, the (counts, bucket priors) of a run with too few, as
     ``pending_of`` picks them: added to what is pending; once that holds ``MIN_OBSERVATIONS`` outcomes, the calibration they say together,
-    fitted around the priors as given, is blended in and they are cleared)."""
+    fitted around the priors as given, is blended in and they are cleared), and ``draft_scale`` (the run's
+    draft price scale: blended in as a calibration is, within bounds)."""
     calibrations = blended(stored.calibrations, learned)
     pending = dict(stored.pending)
     for greedy, ((hits, outcomes), priors) in (short or {}).items():
@@ -173,7 +188,11 @@ def passed_on(stored: Stored, learned: Mapping[bool, Sequence[float]],
             continue
         pending.pop(greedy, None)
         calibrations = blended(calibrations, {greedy: AcceptanceModel(priors).fit_counts(hits, outcomes)})
-    return Stored(calibrations, pending)
+    scale = stored.draft_scale
+    if draft_scale is not None and math.isfinite(draft_scale):
+        lo, hi = _SCALE_BOUNDS
+        scale = min(max(draft_scale if scale is None else scale + BLEND * (draft_scale - scale), lo), hi)
+    return Stored(calibrations, pending, scale)
 
 
 def pending_of(learned: Mapping[bool, object],
@@ -184,10 +203,11 @@ def pending_of(learned: Mapping[bool, object],
 
 
 def remember(key: str | None, learned: Mapping[bool, Sequence[float]],
-             short: Mapping[bool, tuple[Counts, Sequence[float]]] | None = None) -> None:
-    """Pass a run's ``learned`` calibrations and ``short`` outcomes on to the store (see passed_on) and
-    write it (profile.write_cache_file), one run at a time (a lock file beside it)."""
-    if key is None or not (learned or short):
+             short: Mapping[bool, tuple[Counts, Sequence[float]]] | None = None,
+             draft_scale: float | None = None) -> None:
+    """Pass a run's ``learned`` calibrations, ``short`` outcomes and ``draft_scale`` on to the store (see
+    passed_on) and write it (profile.write_cache_file), one run at a time (a lock file beside it)."""
+    if key is None or not (learned or short or draft_scale is not None):
         return
     path = _path_for(key)
     try:
@@ -195,13 +215,15 @@ def remember(key: str | None, learned: Mapping[bool, Sequence[float]],
         # Runs sharing the cache (a server's requests, batch jobs side by side) each read, blend and
         # write: unlocked, two that overlap both blend into the same old file and one blend is lost.
         with FileLock(path.with_suffix(".lock"), timeout=LOCK_SECONDS):
-            stored = passed_on(_read(key), learned, short)
+            stored = passed_on(recall_all(key), learned, short, draft_scale)
             data: dict[str, object] = {"format": FORMAT, "key": key}
             data.update({name: list(stored.calibrations[greedy]) for greedy, name in _POLICIES
                          if greedy in stored.calibrations})
             if stored.pending:
                 data["pending"] = {name: {"hits": stored.pending[greedy][0], "outcomes": stored.pending[greedy][1]}
                                    for greedy, name in _POLICIES if greedy in stored.pending}
+            if stored.draft_scale is not None:
+                data["draft_scale"] = stored.draft_scale
             write_cache_file(path, data)
     except (OSError, Timeout):
         return  # a cache that can't be written (or is held that long) is skipped: it is an optimisation

@@ -17,6 +17,10 @@ from typing import Sequence
 from .profile import CONTEXT_TOKENS, CostProfile
 
 STEADY_STEPS = 8  # plain steps after plain steps that say what a one-token pass costs now
+# A draft price's scale passed on to later runs (DraftPrice.take_scale): the proposals a run must have
+# recorded (fewer say little), and how many readings the remembered scale counts as in the next run.
+MIN_SCALE_READINGS = 2
+REMEMBERED_WEIGHT = 2
 
 
 class VerifyCosts:
@@ -164,11 +168,19 @@ class DraftPrice:
     prompt: 1.4x-1.8x), and the price of the next look counted the context a second time.
     """
 
-    def __init__(self, profile: CostProfile | None, *, window: int, max_catch_up: int | None) -> None:
+    def __init__(self, profile: CostProfile | None, *, window: int, max_catch_up: int | None,
+                 remembered: float | None = None) -> None:
         self.profile = profile
         self.max_catch_up = max_catch_up  # the drafter's (DrafterEngine.max_catch_up)
         self._window: deque[float] = deque(maxlen=window)
         self._scale = 1.0
+        # This run's measured / shaped ratios, unclipped, not yet passed on (take_scale).
+        self._readings: list[float] = []
+        if profile is not None and remembered is not None:
+            # What earlier runs of this pair measured (calibrations.py) stands for REMEMBERED_WEIGHT readings:
+            # a run that drafts rarely is priced as it runs, not as the profile was timed (see take_scale).
+            self._window.extend([remembered] * REMEMBERED_WEIGHT)
+            self._scale = remembered
         self.start = 0.0
         self.per_token: float | None = None
         if profile is not None:
@@ -203,9 +215,24 @@ class DraftPrice:
         # (After a drafted round the first pass takes the anchor and the target's token after the kept ones.)
         shaped = self._pass(max(tokens + 1, 2), before) + self.profile.switch_seconds + (drafted - 1) * one
         ratio = seconds / shaped
+        self._readings.append(ratio)
         self._window.append(min(ratio, self._scale) if cold else ratio)
         self._scale = statistics.median(self._window)
         self._price(context, one)
+
+    def take_scale(self) -> float | None:
+        """The median measured / shaped ratio of the proposals recorded since the last call, cold ones
+        included (None: fewer than ``MIN_SCALE_READINGS``), for the next runs of the pair to start from.
+
+        The profile times the draft's passes back to back; in a run they follow target passes that evict
+        the draft's weights from the CPU caches, and the drafter's own work per token adds to each. A tiny
+        F32 draft's one-token pass, 0.11 ms in the profile, took 0.16 ms after one target pass and 0.27 ms
+        after a hundred (1 thread, model 167); a proposal of one token after plain steps read 2x its price.
+        A fresh decoder (``specdec run``) starts at the profile's price, and its first proposals may only
+        lower it (``record``'s ``cold``): one that drafted a few times in an answer never learned it, and its
+        drafting at 0.4x the real price cost 3-6% of a 256-token answer."""
+        readings, self._readings = self._readings, []
+        return statistics.median(readings) if len(readings) >= MIN_SCALE_READINGS else None
 
     def _fed(self, untaken: int, context: int) -> tuple[int, int]:
         """The committed tokens a proposal's first pass takes in besides the anchor, and the context before

@@ -83,6 +83,13 @@ class ScheduleConstants:
     # Two such readings alone in the window priced a draft that pays 1.5x out of the run: its first tokens
     # right but not yet believed (the calibration refits after four), its looks unaffordable after.
     cold_proposals: int = 2
+    # A draft model's price starts from what its proposals cost in earlier runs of the pair over the profile's
+    # price (calibrations.py keeps it; DraftPrice.take_scale), not from the profile alone: the profile times
+    # passes back to back, a run's follow target passes (the draft's weights evicted from the CPU caches) and
+    # carry the drafter's own work per token. A tiny F32 draft at 1 thread ran at 2x its price; a fresh
+    # decoder priced it at the profile's, drafted when the target's steps grew dearer with the context, and
+    # lost 3-6% of 256-token answers (0.962x-0.966x plain paired; remembered: 0.995x).
+    remember_draft_price: bool = True
     # The first verify passes of a decoder hold at most this many drafted tokens (or as many as the
     # largest pass the cost profile measured); then at most twice the longest verified so far: the
     # costs of long passes are confirmed before they are bet on. On steep curves (one thread: a
@@ -359,7 +366,9 @@ class AdaptiveSchedule:
     proposal's first pass takes in (``DrafterEngine.max_catch_up``; None: all), which prices
     a look after plain steps. ``calibrations``: per policy, the pooled calibration of the
     priors to pull the fit towards once this run's outcomes come in (what earlier runs learned:
-    calibrations.py; None: the priors as given; see AcceptanceModel). ``constants``: the
+    calibrations.py; None: the priors as given; see AcceptanceModel). ``draft_scale``: what earlier
+    runs' draft proposals cost over the draft profile's price (``DraftPrice.take_scale``; None: start
+    at the profile's). ``constants``: the
     schedule's (:class:`ScheduleConstants`; None: the shipped ones). State carries across
     generations on one decoder.
     """
@@ -367,7 +376,7 @@ class AdaptiveSchedule:
     def __init__(self, k_max: int, *, target_costs: CostProfile | None = None,
                  draft_costs: CostProfile | None = None, free_drafter: bool = False,
                  priors: dict[bool, Sequence[float]] | None = None, draft_catch_up: int | None = MAX_CATCH_UP,
-                 calibrations: Mapping[bool, Sequence[float]] | None = None,
+                 calibrations: Mapping[bool, Sequence[float]] | None = None, draft_scale: float | None = None,
                  constants: ScheduleConstants | None = None) -> None:
         if not isinstance(k_max, int) or k_max < 1:
             raise ConfigError(f"num_draft_tokens={k_max!r} must be an integer >= 1")
@@ -377,7 +386,8 @@ class AdaptiveSchedule:
         self.free_drafter = free_drafter
         self._verify = VerifyCosts(target_costs, k_max + 1, window=c.cost_window, refresh_every=c.refresh_costs_every,
                                    refresh_seconds=c.refresh_costs_seconds)
-        self.draft_price = DraftPrice(draft_costs, window=c.cost_window, max_catch_up=draft_catch_up)
+        self.draft_price = DraftPrice(draft_costs, window=c.cost_window, max_catch_up=draft_catch_up,
+                                      remembered=draft_scale if c.remember_draft_price else None)
         priors = priors or {}
         self._slot_buckets = {g: not priors.get(g) for g in (True, False)}
         calibrations = calibrations or {}

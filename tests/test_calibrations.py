@@ -254,10 +254,10 @@ def test_the_calibration_is_passed_on_once_the_last_tokens_are_out(trace_target,
     writes = []
     remember = calibrations.remember
 
-    def slow_remember(key, learned, short=None):
+    def slow_remember(key, learned, short=None, draft_scale=None):
         clock.advance(1.0)
         writes.append(key)
-        remember(key, learned, short)
+        remember(key, learned, short, draft_scale)
 
     monkeypatch.setattr(calibrations, "remember", slow_remember)
     start = clock()
@@ -291,8 +291,8 @@ def test_a_decoder_passes_on_each_outcome_once(trace_target, monkeypatch):
     again (fails if the outcomes already passed on were counted anew)."""
     passed = []
     remember = calibrations.remember
-    monkeypatch.setattr(calibrations, "remember", lambda key, learned, short=None: (
-        passed.append(dict(learned)), remember(key, learned, short)))
+    monkeypatch.setattr(calibrations, "remember", lambda key, learned, short=None, draft_scale=None: (
+        passed.append(dict(learned)), remember(key, learned, short, draft_scale)))
     decoder = _lookup_decoder(trace_target)
     decoder.generate(TRACE.prompt, N, ignore_eog=True)
     decoder.generate(TRACE.prompt, 2, ignore_eog=True)
@@ -397,18 +397,37 @@ def test_pending_outcomes_are_stored_beside_the_calibration_and_damaged_ones_ign
     calibrations.remember("pair-a", {True: (1.0, 1.2, 0.3, -0.1)}, {True: (_counts(s1=4.0), PRIORS)})
     assert calibrations.recall("pair-a") == {True: (1.0, 1.2, 0.3, -0.1)}  # (pending: not a calibration yet)
     calibrations.remember("pair-a", {}, {True: (_counts(s1=4.0, s5=2.0), PRIORS)})
-    assert calibrations._read("pair-a").pending == {True: _counts(s1=8.0, s5=2.0)}
+    assert calibrations.recall_all("pair-a").pending == {True: _counts(s1=8.0, s5=2.0)}
     (path,) = calibrations.store_dir().glob("*.json")
     data = json.loads(path.read_text())
     data["pending"]["greedy"]["hits"][1] = 99.0  # more hits than outcomes: a damaged file
     path.write_text(json.dumps(data))
-    assert calibrations._read("pair-a").pending == {}
+    assert calibrations.recall_all("pair-a").pending == {}
     assert calibrations.recall("pair-a") == {True: (1.0, 1.2, 0.3, -0.1)}  # the calibration still stands
 
 
-def _draft_decoder(monkeypatch) -> SpeculativeDecoder:
+def test_a_draft_price_scale_is_stored_blended_and_bounded():
+    """The draft price scale a run passes on (DraftPrice.take_scale) is kept beside the calibrations and
+    blended in as they are; one out of bounds in the file is ignored, and a run that passes on only a
+    calibration keeps the stored scale. Fails if the scale were dropped or replaced rather than blended."""
+    calibrations.remember("pair-a", {}, None, 2.0)
+    assert calibrations.recall_all("pair-a").draft_scale == 2.0
+    calibrations.remember("pair-a", {True: (1.0, 1.2, 0.3, -0.1)})
+    assert calibrations.recall_all("pair-a").draft_scale == 2.0
+    calibrations.remember("pair-a", {}, None, 1.0)
+    assert calibrations.recall_all("pair-a") == calibrations.Stored({True: (1.0, 1.2, 0.3, -0.1)}, {}, 1.5)
+    (path,) = calibrations.store_dir().glob("*.json")
+    data = json.loads(path.read_text())
+    for bad in (99.0, -1.0, "2", True, None):
+        path.write_text(json.dumps({**data, "draft_scale": bad}))
+        assert calibrations.recall_all("pair-a").draft_scale is None
+        assert calibrations.recall("pair-a") == {True: (1.0, 1.2, 0.3, -0.1)}  # the rest still stands
+
+
+def _draft_decoder(monkeypatch, slower: float = 1.0, **options) -> SpeculativeDecoder:
     """A decoder with a draft that is always right at probabilities that undersell it (0.2), on the
-    copy-edit trace with big-q8's costs, both profiles known (as a calibrated run's are)."""
+    copy-edit trace with big-q8's costs, both profiles known (as a calibrated run's are). The draft's
+    passes take ``slower`` times what its profile says."""
     from specdec_gguf import decoder as decoder_module
     from specdec_gguf.engines.simulated import SimulatedDraftEngine
 
@@ -418,8 +437,26 @@ def _draft_decoder(monkeypatch) -> SpeculativeDecoder:
                         draft_costs if isinstance(engine, SimulatedDraftEngine) else costs)
     clock = VirtualClock()
     full = TRACE.prompt + TRACE.output
-    draft = SimulatedDraftEngine(full, [True] * len(full), [0.2] * len(full), TRACE.n_vocab, draft_costs, clock)
-    return SpeculativeDecoder(TRACE.target(costs, clock), AutoregressiveDrafter(draft), clock=clock)
+    runs_at = CostProfile({n: slower * seconds for n, seconds in draft_costs.seconds.items()})
+    draft = SimulatedDraftEngine(full, [True] * len(full), [0.2] * len(full), TRACE.n_vocab, runs_at, clock)
+    return SpeculativeDecoder(TRACE.target(costs, clock), AutoregressiveDrafter(draft), clock=clock, **options)
+
+
+def test_what_a_draft_costs_in_a_run_is_passed_on_to_the_next_run(trace_target, monkeypatch):
+    """The draft runs at twice its profile's price: a generation's proposals say so, the store keeps it, and
+    the next decoder prices a draft token so from its first round (a fresh decoder per answer, as
+    ``specdec run`` starts, otherwise never learns it where it drafts a few times an answer). Without the
+    cache, or with the constant off, the price is the profile's. Fails if the scale were not passed on or
+    not read."""
+    first = _draft_decoder(monkeypatch, slower=2.0)
+    profiled = first.schedule.draft_price.per_token
+    first.generate(TRACE.prompt, 64, ignore_eog=True)
+    scale = calibrations.recall_all(KEY).draft_scale
+    assert scale is not None and 1.6 < scale < 2.4
+    assert _draft_decoder(monkeypatch).schedule.draft_price.per_token == pytest.approx(scale * profiled)
+    off = ScheduleConstants(remember_draft_price=False)
+    assert _draft_decoder(monkeypatch, constants=off).schedule.draft_price.per_token == pytest.approx(profiled)
+    assert _draft_decoder(monkeypatch, remember=False).schedule.draft_price.per_token == pytest.approx(profiled)
 
 
 def test_a_draft_models_short_generations_pass_on_only_their_new_outcomes(trace_target, monkeypatch):
@@ -428,19 +465,19 @@ def test_a_draft_models_short_generations_pass_on_only_their_new_outcomes(trace_
     model = decoder.schedule.models[True]
     first = model.outcomes
     assert 0 < first < calibrations.MIN_OBSERVATIONS
-    assert sum(calibrations._read(KEY).pending[True][1]) == first
+    assert sum(calibrations.recall_all(KEY).pending[True][1]) == first
     decoder.generate(TRACE.prompt, 16, ignore_eog=True)  # the same decoder again: only what is new is added
     assert first < model.outcomes < calibrations.MIN_OBSERVATIONS
-    assert sum(calibrations._read(KEY).pending[True][1]) == model.outcomes
+    assert sum(calibrations.recall_all(KEY).pending[True][1]) == model.outcomes
     assert calibrations.recall(KEY) == {}
     # A third short generation brings the pending outcomes past the minimum: they teach a calibration.
     decoder.generate(TRACE.prompt, 16, ignore_eog=True)
-    assert calibrations._read(KEY).pending == {}
+    assert calibrations.recall_all(KEY).pending == {}
     assert calibrations.recall(KEY)[True][0] > 0.5  # always right where the priors said 0.15
     # Prompt lookup's runs leave nothing pending (its looks cost nothing: no run of it is blind).
     lookup = _lookup_decoder(trace_target)
     lookup.generate(TRACE.prompt, 2, ignore_eog=True)
-    assert lookup.schedule.models[True].outcomes > 0 and calibrations._read(KEY).pending == {}
+    assert lookup.schedule.models[True].outcomes > 0 and calibrations.recall_all(KEY).pending == {}
 
 
 def test_the_key_changes_with_the_drafters_priors(tiny_engines):

@@ -207,6 +207,30 @@ def test_a_generations_first_proposals_may_lower_the_draft_price_but_not_raise_i
     assert fresh.draft_price.per_token == pytest.approx(0.05 * MS)
 
 
+def test_a_draft_price_remembered_from_earlier_runs_prices_a_fresh_run_until_its_own_proposals_say_otherwise():
+    """Earlier runs measured the draft's proposals at 2x its profile (as a tiny F32 draft runs between target
+    passes at 1 thread): a fresh schedule prices a token at 2x from the start, a cold first proposal at 3x is
+    clipped to that, and this run's own proposals (at the profile's price) take over once they outnumber the
+    remembered readings. ``take_scale`` passes on the median of the run's own readings, cold ones unclipped,
+    once there are two. Fails if the remembered scale were ignored (0.1 ms), taken as a single reading (the
+    first proposal replaced it), or passed on clipped (2.0)."""
+    draft = CostProfile({1: 0.1 * MS, 2: 0.3 * MS}, switch_seconds=0.05 * MS)  # F = 0.25, d = 0.1
+    price = DraftPrice(draft, window=8, max_catch_up=None, remembered=2.0)
+    assert price.per_token == pytest.approx(0.2 * MS)
+    assert price.take_scale() is None  # nothing of its own yet
+    price.record(1, 3 * 0.35 * MS, cold=True, context=0, untaken=0)  # 3x the price a one-token proposal is shaped
+    assert price.per_token == pytest.approx(0.2 * MS)
+    assert price.take_scale() is None  # one reading: too few to pass on (and now taken)
+    for _ in range(4):
+        price.record(1, 0.35 * MS, context=0, untaken=0)
+    assert price.per_token == pytest.approx(0.1 * MS)  # [2, 2, 2 (clipped), 1, 1, 1, 1]: its own readings rule
+    price.record(1, 3 * 0.35 * MS, cold=True, context=0, untaken=0)
+    assert price.take_scale() == pytest.approx(1.0)  # the median of 1, 1, 1, 1, 3
+    assert price.take_scale() is None
+    assert DraftPrice(draft, window=8, max_catch_up=None).per_token == pytest.approx(0.1 * MS)
+    assert DraftPrice(None, window=8, max_catch_up=None, remembered=2.0).per_token is None  # (no profile to scale)
+
+
 def test_a_draft_proposal_is_priced_at_its_context_and_with_its_catch_up():
     """A small Q8_0 draft's profile (passes after 16 and after 128 tokens): after a 380-token prompt each
     pass attends to the context, and a look after 20 plain rounds first takes those tokens in. Proposals
