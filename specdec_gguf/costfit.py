@@ -175,7 +175,7 @@ class DraftPrice:
         self._window: deque[float] = deque(maxlen=window)
         self._scale = 1.0
         # This run's measured / shaped ratios, unclipped, not yet passed on (take_scale).
-        self._readings: list[float] = []
+        self._readings: list[tuple[float, bool]] = []  # (ratio, cold)
         if profile is not None and remembered is not None:
             # What earlier runs of this pair measured (calibrations.py) stands for REMEMBERED_WEIGHT readings:
             # a run that drafts rarely is priced as it runs, not as the profile was timed (see take_scale).
@@ -215,14 +215,17 @@ class DraftPrice:
         # (After a drafted round the first pass takes the anchor and the target's token after the kept ones.)
         shaped = self._pass(max(tokens + 1, 2), before) + self.profile.switch_seconds + (drafted - 1) * one
         ratio = seconds / shaped
-        self._readings.append(ratio)
+        self._readings.append((ratio, cold))
         self._window.append(min(ratio, self._scale) if cold else ratio)
         self._scale = statistics.median(self._window)
         self._price(context, one)
 
     def take_scale(self) -> float | None:
-        """The median measured / shaped ratio of the proposals recorded since the last call, cold ones
-        included (None: fewer than ``MIN_SCALE_READINGS``), for the next runs of the pair to start from.
+        """The median measured / shaped ratio of the proposals recorded since the last call, for the next
+        runs of the pair to start from: of those after each generation's cold ones where there are
+        ``MIN_SCALE_READINGS`` of them (a pair that drafts on: its first proposals read 2-3x, its later ones
+        1.1-1.6x on tiny-wide), else of them all, unclipped (a pair that drafts a few times an answer pays
+        the cold price each time); None with fewer.
 
         The profile times the draft's passes back to back; in a run they follow target passes that evict
         the draft's weights from the CPU caches, and the drafter's own work per token adds to each. A tiny
@@ -232,7 +235,9 @@ class DraftPrice:
         lower it (``record``'s ``cold``): one that drafted a few times in an answer never learned it, and its
         drafting at 0.4x the real price cost 3-6% of a 256-token answer."""
         readings, self._readings = self._readings, []
-        return statistics.median(readings) if len(readings) >= MIN_SCALE_READINGS else None
+        warm = [ratio for ratio, cold in readings if not cold]
+        chosen = warm if len(warm) >= MIN_SCALE_READINGS else [ratio for ratio, _ in readings]
+        return statistics.median(chosen) if len(chosen) >= MIN_SCALE_READINGS else None
 
     def _fed(self, untaken: int, context: int) -> tuple[int, int]:
         """The committed tokens a proposal's first pass takes in besides the anchor, and the context before
