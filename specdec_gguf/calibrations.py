@@ -30,7 +30,7 @@ from typing import Mapping, Sequence
 from filelock import FileLock, Timeout
 
 from .confidence import AcceptanceModel
-from .engine import DrafterEngine, SpeculativeEngine, TextModel
+from .engine import DrafterEngine, SpeculativeEngine, is_text_model
 from .profile import cache_dir, write_cache_file
 
 FORMAT = 1
@@ -67,7 +67,7 @@ def pair_key(target: SpeculativeEngine, drafter: DrafterEngine) -> str | None:
     """The cache key of ``drafter`` against ``target``; None when either can't name itself (an
     engine that is not a ``TextModel``) or the drafter has no buckets to calibrate."""
     draft = drafter.cost_engine
-    if not isinstance(target, TextModel) or (draft is not None and not isinstance(draft, TextModel)):
+    if not is_text_model(target) or (draft is not None and not is_text_model(draft)):
         return None
     # A calibration is of the drafter's priors: one fitted to other priors (an earlier version's) would
     # mislead, so the priors are part of the key.

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from .engine import SpeculativeEngine, TextModel
+from .engine import SpeculativeEngine, is_text_model
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -383,7 +383,7 @@ def profile_for(engine: SpeculativeEngine | None, *, use_cache: bool = True) -> 
     short context with the engine's flash attention timing where that applies (``with_timed_context``);
     cached as measured.
     """
-    if engine is None or not isinstance(engine, TextModel):
+    if engine is None or not is_text_model(engine):
         return None
     key = engine.profile_key
     cached = load_cached(key) if use_cache else None

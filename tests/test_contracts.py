@@ -15,7 +15,7 @@ import pytest
 from specdec_gguf import (ConfigError, DraftProposal, SamplingParams, SpeculativeDecoder, TextModel,
                           VocabMismatchError)
 from specdec_gguf.drafters import AutoregressiveDrafter
-from specdec_gguf.engine import DrafterBase
+from specdec_gguf.engine import _TEXT_MODEL_MEMBERS, DrafterBase, is_text_model
 from specdec_gguf.engines import InMemoryEngine
 from specdec_gguf.settings import DrafterSettings, EngineSettings
 
@@ -197,13 +197,38 @@ def test_llama_engines_are_text_models(tiny_engines):
     assert target.decode_seconds > before
 
 
+def test_telling_a_text_model_reads_none_of_its_properties(tiny_engines, target, monkeypatch):
+    """``is_text_model`` answers as ``isinstance(x, TextModel)`` does (a llama.cpp engine is one, an in-memory
+    engine and one lacking a member are not) without running a property: before Python 3.12 the protocol
+    check runs each, and a llama.cpp engine's ``token_texts`` reads the whole vocabulary (0.11 s of every
+    decoder's construction on Gemma 3 270M, for prompt lookup, which never needs it). Fails if the check
+    read ``token_texts``."""
+    engine, _ = tiny_engines
+    reads = []
+    texts = type(engine).token_texts
+    monkeypatch.setattr(type(engine), "token_texts", property(lambda self: reads.append(1) or texts.fget(self)))
+    assert is_text_model(engine) and reads == []
+    assert isinstance(engine, TextModel)  # (the protocol agrees; before 3.12 it read the texts to say so)
+    assert not is_text_model(target) and not isinstance(target, TextModel)
+
+    class Lacking:  # every member but one
+        pass
+
+    lacking = Lacking()
+    for name in _TEXT_MODEL_MEMBERS - {"tokenize"}:
+        setattr(lacking, name, getattr(engine, name))
+    assert not is_text_model(lacking) and not isinstance(lacking, TextModel)
+    lacking.tokenize = engine.tokenize
+    assert is_text_model(lacking) and isinstance(lacking, TextModel)
+
+
 def test_process_engine_keeps_working_while_a_logits_view_is_held(tiny_family):
     """The reported defect: growing the shared mapping under a live view raised BufferError, and so did close()."""
     from specdec_gguf.engines import ProcessEngine
 
     engine = ProcessEngine(tiny_family.target, python=sys.executable, n_ctx=256, n_batch=128)
     try:
-        assert isinstance(engine, TextModel)
+        assert isinstance(engine, TextModel) and is_text_model(engine)
         kept = engine.forward_logits([5, 6, 7, 8])
         big = engine.forward_logits(list(range(10, 90)))  # needs more rows than the first mapping holds
         assert big.shape == (80, engine.n_vocab)

@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..engine import DrafterBase, SpeculativeEngine, TextModel, reusable_prefix
+from ..engine import DrafterBase, SpeculativeEngine, is_text_model, reusable_prefix
 from ..errors import ConfigError, VocabMismatchError
 from ..proposal import NO_PROPOSAL, DraftProposal, VerificationPolicy
 from ..schedule import DraftBudget
@@ -67,7 +67,7 @@ class AutoregressiveDrafter(DrafterBase):
         """Raise VocabMismatchError unless the draft's token ids mean the same text to ``target``."""
         if target is self.engine:
             raise ConfigError("the draft engine is the target engine itself; load the draft model separately")
-        if isinstance(target, TextModel) and isinstance(self.engine, TextModel):
+        if is_text_model(target) and is_text_model(self.engine):
             check_compatible(target, self.engine)
         elif target.n_vocab != self.engine.n_vocab:  # engines without texts (InMemoryEngine): sizes only
             raise VocabMismatchError(
