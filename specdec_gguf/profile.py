@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import sys
 import threading
@@ -157,13 +158,12 @@ class CostProfile:
                            switch_seconds=self.switch_seconds, key=self.key, measured_at=self.measured_at)
 
     def combined(self, other: CostProfile) -> CostProfile:
-        """This profile and ``other`` (the same sizes, measured again) as one: the fastest of each."""
-        sizes = set(self.seconds) & set(other.seconds)
-        if 1 not in sizes:
-            return self
+        """This profile and ``other`` (measured again, perhaps of other sizes: ``measure``'s budget) as one:
+        the fastest of each size either timed."""
         # (The one-token pass after another size: each profile's T(1) plus its switch.)
         after = min(self.seconds[1] + self.switch_seconds, other.seconds[1] + other.switch_seconds)
-        seconds = {n: min(self.seconds[n], other.seconds[n]) for n in sizes}
+        seconds = {n: min(self.seconds.get(n, math.inf), other.seconds.get(n, math.inf))
+                   for n in set(self.seconds) | set(other.seconds)}
         context, long = (self.long_context, self.long_seconds) if self.long_seconds else \
             (other.long_context, other.long_seconds)
         if self.long_seconds and other.long_seconds and self.long_context == other.long_context:
@@ -197,12 +197,19 @@ class CostProfile:
 
 
 def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES, repeats: int = 2,
-            token: int = 0, budget: float = CALIBRATION_BUDGET) -> CostProfile:
+            token: int = 0, budget: float = CALIBRATION_BUDGET, *, within_budget: bool = False,
+            known: CostProfile | None = None) -> CostProfile:
     """Time one pass of each size in ``sizes`` on ``engine`` (the fastest of ``repeats`` rounds, up
     to two more while the curve is not ``plausible``). A repeat round of a plausible curve is
     skipped when it would end more than ``budget`` seconds after the start: on a slow machine
     (Gemma 3 270M at one thread on a 2-core Xeon: 0.39 s a round) one round serves this run and
     ``profile_for`` adds the second in the next (``rounds`` says how many there were).
+
+    ``within_budget`` (a run's own calibration, not `specdec calibrate`'s): where even the first round
+    would end past ``budget`` (Gemma 3 270M at one thread on an Intel Xeon model 167: 0.52-0.59 s, a
+    one-token pass 42-50 ms), it leaves out the sizes it can (``_can_leave_out``: those ``known``
+    already has, and the ones between the smallest verify pass and the second largest) as its estimate of
+    the round says; the profile interpolates them, and ``profile_for``'s next run times those it lacks.
 
     Uses and then clears the engine's cache. Each round runs the sizes largest first (the
     first sizes the output buffers), so every pass follows one of another size and rebuilds
@@ -227,7 +234,11 @@ def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES,
         while True:
             began = time.perf_counter()
             rounds += 1
-            for n in order:
+            for i, n in enumerate(order):
+                if within_budget and rounds == 1 and _can_leave_out(n, sizes, known) and \
+                        time.perf_counter() - start + sum(_estimate(m, best, known) for m in order[i:]
+                                                          if m == n or not _can_leave_out(m, sizes, known)) > budget:
+                    continue  # (not timed: estimated in this round's remaining passes no more)
                 best[n] = min(best[n], _timed(engine, n or 1, token, base))
             if not _profile(best).plausible:
                 if rounds < repeats + 2:
@@ -244,6 +255,32 @@ def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES,
         engine.reset(0)
     profile.calibration_seconds = time.perf_counter() - start
     return profile
+
+
+def _can_leave_out(n: int, sizes: Sequence[int], known: CostProfile | None) -> bool:
+    """Whether a round kept within the budget may leave size ``n`` untimed (``measure``): one ``known``
+    already has, or one between the smallest verify pass and the second largest size (the two largest give
+    the estimates, the one-token passes T(1) and the switch, the smallest verify pass the price of the
+    draft tokens bet most). Never the one-token passes (0: the one after another)."""
+    if n <= 1:
+        return False
+    if known is not None and n in known.seconds:
+        return True
+    return len(sizes) > 3 and sizes[1] < n < sizes[-2]
+
+
+def _estimate(n: int, best: dict[int, float], known: CostProfile | None) -> float:
+    """Seconds a pass over ``n`` tokens (0: one token) is expected to take, for ``measure``'s budget: ``known``'s
+    cost where given, else the line through the two smallest sizes timed so far (above a concave curve
+    to their left: the safe side), else 0."""
+    size = n or 1
+    if known is not None:
+        return known.cost(size)
+    timed = sorted((m, t) for m, t in best.items() if m > 1 and t < float("inf"))
+    if len(timed) < 2:
+        return timed[0][1] * size / timed[0][0] if timed else 0.0
+    (lo, t_lo), (hi, t_hi) = timed[:2]
+    return max(t_lo + (t_hi - t_lo) * (size - lo) / (hi - lo), 0.0)
 
 
 def _long_context(engine: SpeculativeEngine, short: CostProfile, largest: int, repeats: int, token: int,
@@ -280,7 +317,7 @@ def _profile(best: dict[int, float], long: dict[int, float] | None = None) -> Co
     """A profile from ``measure``'s timings (key 0: the one-token pass after a one-token pass) and
     ``_long_context``'s."""
     reused = min(best[0], best[1])  # a reused graph is never dearer: a larger timing is noise
-    return CostProfile(seconds={**{n: s for n, s in best.items() if n > 1}, 1: reused},
+    return CostProfile(seconds={**{n: s for n, s in best.items() if n > 1 and s < float("inf")}, 1: reused},
                        switch_seconds=best[1] - reused, long_context=LONG_CONTEXT_TOKENS if long else 0,
                        long_seconds=dict(long or {}))
 
@@ -392,7 +429,7 @@ def profile_for(engine: SpeculativeEngine | None, *, use_cache: bool = True) -> 
     # None cached, or one measured in fewer rounds (the budget): this run times a round (more where
     # the budget allows) and keeps the fastest of all.
     profile = measure(engine, repeats=FULL_ROUNDS - cached.rounds if cached else FULL_ROUNDS,
-                      token=max(engine.bos_token, 0))
+                      token=max(engine.bos_token, 0), within_budget=True, known=cached)
     if cached is not None and profile.plausible:
         spent = profile.calibration_seconds
         profile = cached.combined(profile)

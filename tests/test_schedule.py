@@ -1319,6 +1319,36 @@ def test_a_repeat_round_that_would_pass_the_calibration_budget_is_skipped(target
     assert profile.plausible and bool(profile.long_seconds) == (rounds == 2) and profile.rounds == rounds
 
 
+def test_a_first_round_past_the_budget_leaves_out_a_middle_size_and_the_next_run_times_it(target, monkeypatch):
+    """A slow machine, scaled down (a pass over n tokens 8 + 2.4·n ms, as Gemma at one thread is 40 + 12·n): a
+    round of every size takes 98 ms, past a 90 ms budget. A run's calibration (``within_budget``) leaves out the
+    3-token pass, estimated from the 9- and 5-token ones, and ends within it; the next run, knowing the rest,
+    times the 3-token pass and leaves out what it already has where that doesn't fit; combined, every size is
+    there. `specdec calibrate` (no ``within_budget``) times them all. Fails if the first round timed every size
+    whatever the budget (0.52-0.59 s on Gemma at one thread on one host), or if the second left out the size
+    the first lacked (no run would ever time it)."""
+    forward = type(target).forward_argmax
+    timed_sizes: list[int] = []
+
+    def slow(self, tokens):
+        timed_sizes.append(len(tokens))
+        time.sleep(0.008 + 0.0024 * len(tokens))
+        return forward(self, tokens)
+
+    monkeypatch.setattr(type(target), "forward_argmax", slow)
+    first = measure(target, repeats=1, budget=0.09, within_budget=True)
+    assert sorted(first.seconds) == [1, 2, 5, 9] and first.rounds == 1
+    assert first.cost(3) == pytest.approx(first.cost(2) + (first.cost(5) - first.cost(2)) / 3)  # interpolated
+    timed_sizes.clear()
+    second = measure(target, repeats=1, budget=0.09, within_budget=True, known=first)
+    assert 3 in timed_sizes and timed_sizes[-2:] == [1, 1] and len(timed_sizes) < len(CALIBRATION_SIZES) + 1
+    both = first.combined(second)
+    assert sorted(both.seconds) == list(CALIBRATION_SIZES) and both.rounds == 2
+    assert both.seconds[3] == second.seconds[3]
+    assert both.seconds[2] == min(first.seconds[2], second.seconds.get(2, first.seconds[2]))
+    assert sorted(measure(target, repeats=1, budget=0.09).seconds) == list(CALIBRATION_SIZES)
+
+
 def test_a_profile_measured_in_one_round_gets_a_round_more_from_the_next_run(tiny_engines, tmp_path, monkeypatch):
     """The budget allowed one round and it caught a busy moment (a 9-token pass timed far too dear): the
     next run times a round more and keeps the fastest of each, then runs read it without measuring.
@@ -1334,6 +1364,7 @@ def test_a_profile_measured_in_one_round_gets_a_round_more_from_the_next_run(tin
 
     def measured(engine, repeats=2, **kwargs):
         calls.append(repeats)
+        assert kwargs["within_budget"] and kwargs["known"].seconds == busy.seconds  # (what it can leave out)
         return CostProfile(dict(quiet.seconds), switch_seconds=quiet.switch_seconds, rounds=repeats)
 
     monkeypatch.setattr("specdec_gguf.profile.measure", measured)
