@@ -92,7 +92,7 @@ class GGUFHeader:
 class _Cursor:
     """Bounds-checked little-endian reads over the file's bytes."""
 
-    def __init__(self, data: memoryview, path: Path) -> None:
+    def __init__(self, data: bytes | mmap.mmap, path: Path) -> None:
         self.data, self.pos, self.path = data, 0, path
 
     def need(self, n: int, what: str) -> None:
@@ -114,6 +114,19 @@ class _Cursor:
         self.pos += n
         return raw.decode("utf-8", errors="replace")
 
+    def _check_unique(self, texts: list[bytes], what: str) -> None:
+        """Raise if two entries read as the same C string (up to a NUL; empty ones llama.cpp renames)."""
+        if b"\0" not in b"".join(texts):
+            nonempty = [t for t in texts if t] if b"" in texts else texts
+            if len(set(nonempty)) == len(nonempty):
+                return  # (the common case, at C speed)
+        seen: dict[bytes, int] = {}
+        for i, raw in enumerate(texts):
+            text = raw.split(b"\0", 1)[0]
+            if text and seen.setdefault(text, i) != i:
+                raise _fail(self.path, f"corrupted header: {what} holds {text[:40]!r} twice "
+                                       f"(entries {seen[text]} and {i})")
+
     def value(self, vtype: int, what: str, unique: bool = False) -> Any:
         """One value; ``unique`` checks that a string array holds no string twice (llama.cpp
         aborts on a vocabulary with a duplicate token)."""
@@ -128,20 +141,25 @@ class _Cursor:
                 self.need(size, what)
                 self.pos += size
             elif etype == _STRING:
-                unpack, data = struct.unpack_from, self.data
-                seen: dict[bytes, int] | None = {} if unique else None
-                for i in range(count):
-                    self.need(8, what)
-                    (n,) = unpack("<Q", data, self.pos)
-                    self.pos += 8
-                    self.need(n, what)
-                    if seen is not None and n:
-                        # llama.cpp reads each entry as a C string (up to a NUL) and renames empty ones.
-                        text = bytes(data[self.pos:self.pos + n]).split(b"\0", 1)[0]
-                        if text and seen.setdefault(text, i) != i:
-                            raise _fail(self.path, f"corrupted header: {what} holds {text[:40]!r} twice "
-                                                   f"(entries {seen[text]} and {i})")
-                    self.pos += n
+                # (Tight: a vocabulary is read at every load, 262,144 strings on Gemma 3 270M: 0.25 s -> 0.10 s.)
+                unpack, data, pos, end = struct.unpack_from, self.data, self.pos, len(self.data)
+                texts: list[bytes] = []
+                keep = texts.append if unique else None
+                for _ in range(count):
+                    if end - pos < 8:
+                        self.pos = pos
+                        self.need(8, what)  # (raises)
+                    (n,) = unpack("<Q", data, pos)
+                    pos += 8
+                    if n > end - pos:
+                        self.pos = pos
+                        self.need(n, what)  # (raises)
+                    if keep is not None:
+                        keep(data[pos:pos + n])
+                    pos += n
+                self.pos = pos
+                if texts:
+                    self._check_unique(texts, what)
             else:
                 raise _fail(self.path, f"corrupted header: {what} has array element type {etype}")
             return ("array", etype, count)
@@ -153,7 +171,7 @@ def read_header(path: Path) -> GGUFHeader:
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # constants only
 
     with open(path, "rb") as f:
-        data = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)  # (its slices are bytes)
     cur = _Cursor(data, path)
     cur.pos = 4
     version = cur.scalar("<I", "version")

@@ -117,3 +117,17 @@ def test_a_vocabulary_with_a_token_twice_is_refused(tiny_family, tmp_path, dupli
     assert done.returncode == 0, done.stderr[-500:]
     assert f"corrupted header: 'tokenizer.ggml.tokens' holds b'\\xe2\\x96\\x81the' twice (entries {at} and {at + 1})" \
         in done.stdout
+
+
+def test_empty_vocabulary_entries_are_not_taken_for_a_token_twice(tiny_family, tmp_path):
+    """llama.cpp renames empty entries, so two of them (or one that starts with a NUL) are no duplicate: the
+    check, which compares the entries at C speed where none holds a NUL, must not refuse them. Fails if empty
+    entries were compared as texts."""
+    from specdec_gguf.modelfile import validate_gguf
+
+    reader = gguf.GGUFReader(str(tiny_family.draft))
+    field = reader.fields["tokenizer.ggml.tokens"]
+    tokens = [bytes(field.parts[i]) for i in field.data]
+    tokens[10], tokens[11], tokens[12] = b"", b"", b"\x00junk"
+    path = rewrite(tiny_family.draft, tmp_path / "empty.gguf", {"tokenizer.ggml.tokens": tokens})
+    assert validate_gguf(path).fields["tokenizer.ggml.tokens"] == ("array", gguf.GGUFValueType.STRING, len(tokens))
