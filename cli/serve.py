@@ -9,7 +9,6 @@ import typer
 
 from specdec_gguf import ConfigError
 from specdec_gguf.chat import load_chat_template
-from specdec_gguf.server import ModelService, run_server
 
 from .common import err_console, handle_errors
 from .options import (DRAFTER, ChatTemplateOpt, loaded_models, ModelSettings, ProfileCacheOpt,
@@ -44,6 +43,9 @@ def serve(
         raise ConfigError(f"--lookup-memory {lookup_memory} needs --prompt-lookup (it is prompt lookup's memory)")
     if lookup_memory is None:
         lookup_memory = DEFAULT_LOOKUP_MEMORY if settings.drafter.kind == "prompt-lookup" else 0
+    # (Here, not at the top: the web framework's imports cost every other command 0.09 s of its start.)
+    from specdec_gguf.server import ModelService, run_server
+
     with loaded_models(settings, verbose=verbose) as (target, draft):
         formatter = load_chat_template(target, chat_template)
         service = ModelService(target, settings.drafter, draft=draft, model_id=alias or settings.target.model.name,
