@@ -258,14 +258,15 @@ def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES,
 
 
 def _can_leave_out(n: int, sizes: Sequence[int], known: CostProfile | None) -> bool:
-    """Whether a round kept within the budget may leave size ``n`` untimed (``measure``): one ``known``
-    already has, or one between the smallest verify pass and the second largest size (the two largest give
-    the estimates, the one-token passes T(1) and the switch, the smallest verify pass the price of the
-    draft tokens bet most). Never the one-token passes (0: the one after another)."""
+    """Whether a round kept within the budget may leave size ``n`` untimed (``measure``): given what an earlier
+    run ``known`` timed, a size it has (the ones it lacks are this run's to time); else one between the
+    smallest verify pass and the second largest size (the two largest give the estimates, the one-token
+    passes T(1) and the switch, the smallest verify pass the price of the draft tokens bet most). Never the
+    one-token passes (0: the one after another)."""
     if n <= 1:
         return False
-    if known is not None and n in known.seconds:
-        return True
+    if known is not None:
+        return n in known.seconds
     return len(sizes) > 3 and sizes[1] < n < sizes[-2]
 
 
