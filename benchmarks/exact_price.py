@@ -56,7 +56,7 @@ def main() -> None:
                     result = decoder.generate(prompt, args.n, ignore_eog=True)
                     rates.setdefault((label, kind), []).append(result.stats.generation_throughput)
         print(f"repeat {repeat + 1}/{args.repeats} done", flush=True)
-    print(f"\n| build | plain tok/s | speculative tok/s | prefill tok/s |\n| --- | --- | --- | --- |")
+    print("\n| build | plain tok/s | speculative tok/s | prefill tok/s |\n| --- | --- | --- | --- |")
     base = {kind: statistics.median(rates["default", kind]) for kind in ("plain", "speculative", "prefill")}
     for label in engines:
         cells = []

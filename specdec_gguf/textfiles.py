@@ -8,7 +8,6 @@ it would cut a valid record in two.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Iterator
 
 from .errors import ConfigError

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import site
 import sys
 import venv
 from pathlib import Path
