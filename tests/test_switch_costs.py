@@ -212,8 +212,9 @@ def test_a_draft_price_remembered_from_earlier_runs_prices_a_fresh_run_until_its
     passes at 1 thread): a fresh schedule prices a token at 2x from the start, a cold first proposal at 3x is
     clipped to that, and this run's own proposals (at the profile's price) take over once they outnumber the
     remembered readings. ``take_scale`` passes on the median of the run's own readings after its cold ones where
-    there are two, else of them all, unclipped. Fails if the remembered scale were ignored (0.1 ms), taken as a
-    single reading (the first proposal replaced it), or passed on clipped or from the wrong readings."""
+    there are two, else of them all, unclipped, and never below 1. Fails if the remembered scale were ignored (0.1
+    ms), taken as a single reading (the first proposal replaced it), or passed on clipped, from the wrong
+    readings or below the profile's price."""
     draft = CostProfile({1: 0.1 * MS, 2: 0.3 * MS}, switch_seconds=0.05 * MS)  # F = 0.25, d = 0.1
     price = DraftPrice(draft, window=8, max_catch_up=None, remembered=2.0)
     assert price.per_token == pytest.approx(0.2 * MS)
@@ -231,6 +232,9 @@ def test_a_draft_price_remembered_from_earlier_runs_prices_a_fresh_run_until_its
     for cold in (True, True, False):  # a pair that drafts a few times an answer: mostly cold proposals
         price.record(1, (3 if cold else 1) * 0.35 * MS, cold=cold, context=0, untaken=0)
     assert price.take_scale() == pytest.approx(3.0)  # one warm reading is too few: the median of all
+    for _ in range(2):  # proposals cheaper than shaped (a catch-up shaped from all-logit passes)
+        price.record(1, 0.4 * 0.35 * MS, context=0, untaken=0)
+    assert price.take_scale() == 1.0  # never passed on below the profile's price
     assert DraftPrice(draft, window=8, max_catch_up=None).per_token == pytest.approx(0.1 * MS)
     assert DraftPrice(None, window=8, max_catch_up=None, remembered=2.0).per_token is None  # (no profile to scale)
 
