@@ -169,9 +169,12 @@ class DraftPrice:
     """
 
     def __init__(self, profile: CostProfile | None, *, window: int, max_catch_up: int | None,
-                 remembered: float | None = None) -> None:
+                 remembered: float | None = None, last_logits: bool = True) -> None:
         self.profile = profile
         self.max_catch_up = max_catch_up  # the drafter's (DrafterEngine.max_catch_up)
+        # A proposal's first pass asks for the last position's logits: priced so (CostProfile.catch_up_cost),
+        # not as a verify pass over as many tokens (False: as one).
+        self.last_logits = last_logits
         self._window: deque[float] = deque(maxlen=window)
         self._scale = 1.0
         # This run's measured / shaped ratios, unclipped, not yet passed on (take_scale).
@@ -213,7 +216,7 @@ class DraftPrice:
         tokens, before = self._fed(untaken, context)
         one = self._pass(1, context)
         # (After a drafted round the first pass takes the anchor and the target's token after the kept ones.)
-        shaped = self._pass(max(tokens + 1, 2), before) + self.profile.switch_seconds + (drafted - 1) * one
+        shaped = self._first_pass(max(tokens + 1, 2), before) + self.profile.switch_seconds + (drafted - 1) * one
         ratio = seconds / shaped
         self._readings.append((ratio, cold))
         self._window.append(min(ratio, self._scale) if cold else ratio)
@@ -259,6 +262,14 @@ class DraftPrice:
         profile: CostProfile = self.profile  # type: ignore[assignment]  (only called with one)
         return profile.cost(n) + profile.context_slope(n) * max(before - CONTEXT_TOKENS, 0)
 
+    def _first_pass(self, n: int, before: int) -> float:
+        """``_pass`` for a proposal's first pass over ``n`` tokens (the committed ones it takes in, the anchor),
+        which asks for the last position's logits only (``last_logits``)."""
+        if not self.last_logits:
+            return self._pass(n, before)
+        profile: CostProfile = self.profile  # type: ignore[assignment]  (only called with one)
+        return profile.catch_up_cost(n) + profile.context_slope(n) * max(before - CONTEXT_TOKENS, 0)
+
     def catch_up(self, tokens: int, context: int = 0) -> float | None:
         """Seconds to take in the last ``tokens`` of ``context`` committed tokens and draft one (None: no
         profile to say). That pass attends to the context before them, on past the longest context the
@@ -267,4 +278,4 @@ class DraftPrice:
         if self.profile is None or self.per_token is None:
             return None
         tokens, before = self._fed(tokens, context)
-        return self._scale * self._pass(tokens + 1, before)
+        return self._scale * self._first_pass(tokens + 1, before)

@@ -1338,6 +1338,7 @@ def test_a_first_round_past_the_budget_leaves_out_a_middle_size_and_the_next_run
     monkeypatch.setattr(type(target), "forward_argmax", slow)
     first = measure(target, repeats=1, budget=0.09, within_budget=True)
     assert sorted(first.seconds) == [1, 2, 5, 9] and first.rounds == 1
+    assert first.prefill_seconds > 0  # (the context it took in first, asking for no logits: catch_up_cost)
     assert first.cost(3) == pytest.approx(first.cost(2) + (first.cost(5) - first.cost(2)) / 3)  # interpolated
     timed_sizes.clear()
     # (A budget so tight that every size the first run has is left out: only the one it lacks and T(1) are timed.)
