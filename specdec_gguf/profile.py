@@ -34,7 +34,8 @@ CONTEXT_TOKENS = 16  # passes are timed after a short context, like an early rou
 # context is a large share of a pass, and it grows with the pass size (a tiny F32 model: a 9-token
 # pass costs 3.3 one-token passes after 16 tokens, 4.6 after 128), so a first bet priced at 16 loses.
 LONG_CONTEXT_TOKENS = 128
-FORMAT = 3  # bump when the file layout changes (2: the one-token cost reuses llama.cpp's graph; 3: long_seconds)
+FORMAT = 4  # bump when the file layout changes (2: the one-token cost reuses llama.cpp's graph; 3: long_seconds;
+# 4: prefill_seconds, which a draft's catch-up is priced from: a cached profile without it would price one as before)
 CALIBRATION_BUDGET = 0.5  # seconds: a repeat round is skipped if it would end past this (slow machines)
 # Rounds a cached profile's timings should be the fastest of. One round can catch a busy moment (a
 # 9-token pass timed at 4.9 one-token passes instead of 3.3 held Gemma's adaptive lookup at 2-token

@@ -465,13 +465,14 @@ def test_measuring_times_plain_steps_after_plain_steps(target):
 def test_profiles_of_the_older_format_are_measured_again(tmp_path, monkeypatch):
     """Format 1 timed every one-token pass after another size: its T(1) includes the switch; format 2 had
     no long-context timings (a tiny model's first bet then lost: the profile said 9 tokens cost 3.3
-    one-token passes where they cost 4.6)."""
+    one-token passes where they cost 4.6); format 3 no context prefill (a draft's catch-up priced from the
+    verify curve: 3.1x its cost on Gemma 3 270M)."""
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
     save(CostProfile({1: 0.01, 2: 0.015}, key="m"))
     assert load_cached("m") is not None
     path = next(tmp_path.rglob("*.json"))
     data = json.loads(path.read_text())
-    assert data["format"] == FORMAT == 3
-    for older in (1, 2):
+    assert data["format"] == FORMAT == 4
+    for older in (1, 2, 3):
         path.write_text(json.dumps({**data, "format": older}))
         assert load_cached("m") is None
