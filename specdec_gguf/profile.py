@@ -238,7 +238,8 @@ def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES,
     graph of the one before, as a plain step does: the two one-token timings give
     ``switch_seconds``. Each size's first pass also builds its graph for the first time: the
     fastest-of rule leaves that out, so no separate warm-up pass is spent. The schedule
-    refines every size online.
+    refines every size online. The pass that takes the context in, asking for no logits, is timed
+    too (``prefill_seconds``: what a draft's catch-up is priced from, ``CostProfile.catch_up_cost``).
     """
     sizes = sorted(set(sizes) | {1})
     if sizes[-1] + CONTEXT_TOKENS > engine.n_ctx:
@@ -249,9 +250,9 @@ def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES,
 
     engine.reset(0)
     try:
-        began = time.perf_counter()
+        prefill_start = time.perf_counter()
         engine.advance([token] * base)
-        prefill = time.perf_counter() - began  # (the first pass after a load: its warm-up errs on the dear side)
+        prefill = time.perf_counter() - prefill_start  # (the first pass after a load: warm-up errs on the dear side)
         best = {n: float("inf") for n in order}
         rounds = 0
         while True:
