@@ -21,6 +21,7 @@ STEADY_STEPS = 8  # plain steps after plain steps that say what a one-token pass
 # recorded (fewer say little), and how many readings the remembered scale counts as in the next run.
 MIN_SCALE_READINGS = 2
 REMEMBERED_WEIGHT = 2
+MAX_READINGS = 4096  # ... and the most a decoder keeps between two pass-ons (the latest)
 
 
 class VerifyCosts:
@@ -177,8 +178,9 @@ class DraftPrice:
         self.last_logits = last_logits
         self._window: deque[float] = deque(maxlen=window)
         self._scale = 1.0
-        # This run's measured / shaped ratios, unclipped, not yet passed on (take_scale).
-        self._readings: list[tuple[float, bool]] = []  # (ratio, cold)
+        # This run's measured / shaped ratios, unclipped, not yet passed on (take_scale); bounded for a decoder
+        # that never passes them on (no calibration store), whose every proposal would otherwise stay here.
+        self._readings: deque[tuple[float, bool]] = deque(maxlen=MAX_READINGS)  # (ratio, cold)
         if profile is not None and remembered is not None:
             # What earlier runs of this pair measured (calibrations.py) stands for REMEMBERED_WEIGHT readings:
             # a run that drafts rarely is priced as it runs, not as the profile was timed (see take_scale).
@@ -216,7 +218,7 @@ class DraftPrice:
         tokens, before = self._fed(untaken, context)
         one = self._pass(1, context)
         # (After a drafted round the first pass takes the anchor and the target's token after the kept ones.)
-        shaped = self._first_pass(max(tokens + 1, 2), before) + self.profile.switch_seconds + (drafted - 1) * one
+        shaped = self._pass(max(tokens + 1, 2), before, first=True) + self.profile.switch_seconds + (drafted - 1) * one
         ratio = seconds / shaped
         self._readings.append((ratio, cold))
         self._window.append(min(ratio, self._scale) if cold else ratio)
@@ -237,7 +239,7 @@ class DraftPrice:
         A fresh decoder (``specdec run``) starts at the profile's price, and its first proposals may only
         lower it (``record``'s ``cold``): one that drafted a few times in an answer never learned it, and its
         drafting at 0.4x the real price cost 3-6% of a 256-token answer."""
-        readings, self._readings = self._readings, []
+        readings, self._readings = self._readings, deque(maxlen=MAX_READINGS)
         warm = [ratio for ratio, cold in readings if not cold]
         chosen = warm if len(warm) >= MIN_SCALE_READINGS else [ratio for ratio, _ in readings]
         if len(chosen) < MIN_SCALE_READINGS:
@@ -256,19 +258,14 @@ class DraftPrice:
             return self.max_catch_up, 0  # the drafter restarts its view on the latest tokens
         return untaken, max(context - untaken, 0)
 
-    def _pass(self, n: int, before: int) -> float:
+    def _pass(self, n: int, before: int, *, first: bool = False) -> float:
         """The profile's seconds for a pass over ``n`` tokens after ``before`` tokens of context (the
-        context's share extrapolated past the longest context measured)."""
+        context's share extrapolated past the longest context measured). ``first``: a proposal's first pass
+        (the committed tokens it takes in, the anchor), which asks for the last position's logits only
+        (``last_logits``: priced by ``CostProfile.catch_up_cost``)."""
         profile: CostProfile = self.profile  # type: ignore[assignment]  (only called with one)
-        return profile.cost(n) + profile.context_slope(n) * max(before - CONTEXT_TOKENS, 0)
-
-    def _first_pass(self, n: int, before: int) -> float:
-        """``_pass`` for a proposal's first pass over ``n`` tokens (the committed ones it takes in, the anchor),
-        which asks for the last position's logits only (``last_logits``)."""
-        if not self.last_logits:
-            return self._pass(n, before)
-        profile: CostProfile = self.profile  # type: ignore[assignment]  (only called with one)
-        return profile.catch_up_cost(n) + profile.context_slope(n) * max(before - CONTEXT_TOKENS, 0)
+        cost = profile.catch_up_cost(n) if first and self.last_logits else profile.cost(n)
+        return cost + profile.context_slope(n) * max(before - CONTEXT_TOKENS, 0)
 
     def catch_up(self, tokens: int, context: int = 0) -> float | None:
         """Seconds to take in the last ``tokens`` of ``context`` committed tokens and draft one (None: no
@@ -278,4 +275,4 @@ class DraftPrice:
         if self.profile is None or self.per_token is None:
             return None
         tokens, before = self._fed(tokens, context)
-        return self._scale * self._first_pass(tokens + 1, before)
+        return self._scale * self._pass(tokens + 1, before, first=True)

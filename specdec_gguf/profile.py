@@ -253,7 +253,7 @@ def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES,
         prefill_start = time.perf_counter()
         engine.advance([token] * base)
         prefill = time.perf_counter() - prefill_start  # (the first pass after a load: warm-up errs on the dear side)
-        best = {n: float("inf") for n in order}
+        best = {n: math.inf for n in order}
         rounds = 0
         while True:
             began = time.perf_counter()
@@ -302,7 +302,7 @@ def _estimate(n: int, best: dict[int, float], known: CostProfile | None) -> floa
     size = n or 1
     if known is not None:
         return known.cost(size)
-    timed = sorted((m, t) for m, t in best.items() if m > 1 and t < float("inf"))
+    timed = sorted((m, t) for m, t in best.items() if m > 1 and t < math.inf)
     if len(timed) < 2:
         return timed[0][1] * size / timed[0][0] if timed else 0.0
     (lo, t_lo), (hi, t_hi) = timed[:2]
@@ -323,7 +323,7 @@ def _long_context(engine: SpeculativeEngine, short: CostProfile, largest: int, r
         return {}
     engine.reset(0)
     engine.advance([token] * base)
-    best = {n: float("inf") for n in (largest, 1, 0)}
+    best = {n: math.inf for n in (largest, 1, 0)}
     for _ in range(max(repeats, 1)):
         for n in best:  # the largest, then a one-token pass after it, then one after that (reusing the graph)
             best[n] = min(best[n], _timed(engine, n or 1, token, base))
@@ -343,7 +343,7 @@ def _profile(best: dict[int, float], long: dict[int, float] | None = None) -> Co
     """A profile from ``measure``'s timings (key 0: the one-token pass after a one-token pass) and
     ``_long_context``'s."""
     reused = min(best[0], best[1])  # a reused graph is never dearer: a larger timing is noise
-    return CostProfile(seconds={**{n: s for n, s in best.items() if n > 1 and s < float("inf")}, 1: reused},
+    return CostProfile(seconds={**{n: s for n, s in best.items() if n > 1 and s < math.inf}, 1: reused},
                        switch_seconds=best[1] - reused, long_context=LONG_CONTEXT_TOKENS if long else 0,
                        long_seconds=dict(long or {}))
 
