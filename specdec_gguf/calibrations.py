@@ -145,9 +145,13 @@ def recall_all(key: str | None) -> Stored:
 def blend(old: Sequence[float] | None, new: Sequence[float]) -> Calibration | None:
     """``old`` moved ``BLEND`` of the way to ``new`` (``new`` itself when there is no ``old``), within
     bounds; None if the result is no calibration (not finite)."""
-    fresh = tuple(float(v) for v in new)
-    moved = fresh if old is None else tuple(o + BLEND * (n - o) for o, n in zip(old, fresh))
+    moved = [_toward(None if old is None else old[i], float(v)) for i, v in enumerate(new)]
     return _valid([min(max(v, lo), hi) for v, (lo, hi) in zip(moved, _BOUNDS)])
+
+
+def _toward(old: float | None, new: float) -> float:
+    """``old`` moved ``BLEND`` of the way to ``new`` (``new`` where there is no ``old``): one kept value's blend."""
+    return new if old is None else old + BLEND * (new - old)
 
 
 def worth_keeping(learned: Mapping[bool, tuple[Sequence[float], int]],
@@ -191,7 +195,7 @@ def passed_on(stored: Stored, learned: Mapping[bool, Sequence[float]],
     scale = stored.draft_scale
     if draft_scale is not None and math.isfinite(draft_scale):
         lo, hi = _SCALE_BOUNDS
-        scale = min(max(draft_scale if scale is None else scale + BLEND * (draft_scale - scale), lo), hi)
+        scale = min(max(_toward(scale, draft_scale), lo), hi)
     return Stored(calibrations, pending, scale)
 
 

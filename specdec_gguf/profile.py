@@ -260,8 +260,7 @@ def measure(engine: SpeculativeEngine, sizes: Sequence[int] = CALIBRATION_SIZES,
             rounds += 1
             for i, n in enumerate(order):
                 if within_budget and rounds == 1 and _can_leave_out(n, sizes, known) and \
-                        time.perf_counter() - start + sum(_estimate(m, best, known) for m in order[i:]
-                                                          if m == n or not _can_leave_out(m, sizes, known)) > budget:
+                        time.perf_counter() - start + _round_left(order[i:], sizes, best, known) > budget:
                     continue  # (not timed: estimated in this round's remaining passes no more)
                 best[n] = min(best[n], _timed(engine, n or 1, token, base))
             if not _profile(best).plausible:
@@ -293,6 +292,12 @@ def _can_leave_out(n: int, sizes: Sequence[int], known: CostProfile | None) -> b
     if known is not None:
         return n in known.seconds
     return len(sizes) > 3 and sizes[1] < n < sizes[-2]
+
+
+def _round_left(left: Sequence[int], sizes: Sequence[int], best: dict[int, float], known: CostProfile | None) -> float:
+    """Estimated seconds of a round's passes still to time, ``left`` (the first, the one about to be timed or left
+    out, and those after it that may not be left out), for ``measure``'s budget."""
+    return sum(_estimate(m, best, known) for i, m in enumerate(left) if not i or not _can_leave_out(m, sizes, known))
 
 
 def _estimate(n: int, best: dict[int, float], known: CostProfile | None) -> float:
