@@ -17,10 +17,11 @@ count or build may tip a near-tie: another answer, as valid to judge by).
 ``tuning`` runs benchmarks/policy_suite.py ``--in-turn`` over the synthetic matrix, the tiny pairs at their
 draft's cost ratio and Gemma's answers to the default, short and long sets, each on the curves measured for
 that model (``MEASURED_CURVES``); ``heldout``, Gemma's answers to the held-out prompts, written after the
-constants were last tuned, on theirs, and the GQA twin's pair (added after them too) on its own. A change worth timing keeps every worst case and moves no geomean the
-wrong way on both; judge it on ``heldout`` and tune nothing to it. The curves were measured on the development
-host (2-core AMD EPYC; docs/performance.md): on another machine, measure yours
-(benchmarks/measure_curve.py) and run policy_suite.py with them. A recording missing from DIR is skipped, with
+constants were last tuned, on theirs, and the GQA twin's pair (added after them too) on its own. A change worth
+timing keeps every worst case and moves no geomean the wrong way on both; judge it on ``heldout`` and tune nothing
+to it. The curves were measured on three 2-core hosts (the development host's AMD EPYC, Intel Xeon models 207 and
+167; docs/performance.md): on another machine, measure yours (benchmarks/measure_curve.py) and run
+policy_suite.py with them. A recording missing from DIR is skipped, with
 the command that makes it.
 """
 
@@ -38,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import policy_suite  # noqa: E402
 
 # One target pass over n tokens, as policy_sim.py --curve takes it: NAME=T1_MS:R2,R3,R5,R9,R17,R33,R65:SWITCH
-# (T(1) in ms; T(n) / T(1) for n = 2, 3, 5, 9, 17, 33, 65; what a plain step pays more after a verify pass, in ms).
+# (T(1) in ms; T(n) / T(1) for n = 2, 3, 5, 9, 17, 33, 65; what a plain step pays more after a verify pass, as a
+# share of T(1)).
 MEASURED_CURVES = {
     "tiny-big-q8, 2 threads": "tb-2=7.066:2.072,2.280,3.146,4.485,7.304,12.755,24.094:0.049",
     "tiny-wide, 2 threads": "tw-2=4.133:1.341,1.432,1.593,2.109,2.981,4.831,8.953:0.000",
@@ -64,9 +66,20 @@ MEASURED_CURVES = {
     "F16, 2 threads": "f16-2t=16.829:1.815,1.899,2.061,2.882,4.512,7.874,14.570:0.020",
     "Q8_0, 1 thread": "q8-1t=15.175:3.203,3.612,5.684,7.051,9.816,15.989,28.398:0.000",
     "Q8_0, 2 threads": "q8-2t=11.991:2.089,2.480,3.813,4.740,6.633,10.726,19.370:0.036",
+    # (Measured on a fourth host, the Intel Xeon model 167 of docs/performance.md's "thirty-sixth" on, where tiny-wide's
+    # gap to its best fixed k is widest: flat curves at 1 thread. `measure_curve.py -t T`; with them, each draft's price
+    # per drafted token as fresh decoders there read it (DraftPrice.per_token over T(1): Python's work per token in
+    # it): tiny-wide 0.083 at 1 thread, tiny-big-q8 0.074 and the 24-layer pair 0.057 at 2. Replayed here, the
+    # recordings reproduced what timing showed there (docs/performance.md, "thirty-ninth").)
+    "tiny-wide, 1 thread, model 167": "tw-1-m167=9.462:1.105,1.242,1.503,1.772,2.475,3.814,6.096:0.044",
+    "tiny-big-q8, 2 threads, model 167": "tb-2-m167=13.876:1.325,1.518,2.162,2.905,4.241,6.699,11.908:0.033",
+    "tiny-deep24-q4k, 2 threads, model 167": "d24-2-m167=20.980:1.496,1.791,2.473,3.332,4.917,6.405,10.424:0.026",
+    "Q4_K_M, 1 thread, model 167": "gemma-m167-1t=38.378:1.240,1.435,2.447,3.201,4.302,6.817,12.343:0.026",
+    "Q4_K_M, 2 threads, model 167": "gemma-m167-2t=21.045:1.255,1.447,2.369,3.214,4.275,6.764,12.475:0.026",
 }
 _C = MEASURED_CURVES
 _GEMMA = (_C["Q4_K_M, 1 thread"], _C["Q4_K_M, 2 threads"])
+_GEMMA_M167 = (_C["Q4_K_M, 1 thread, model 167"], _C["Q4_K_M, 2 threads, model 167"])
 _F16 = (_C["F16, 1 thread"], _C["F16, 2 threads"])
 _Q8 = (_C["Q8_0, 1 thread"], _C["Q8_0, 2 threads"])
 
@@ -77,8 +90,12 @@ SUITES: dict[str, list[tuple[str, str, str]]] = {
                ("tiny-deep24-q4k.jsonl", "0.049", _C["tiny-deep24-q4k, 2 threads"]),
                ("tiny-wide.jsonl", "0.160", _C["tiny-wide, 2 threads, flash attention off"]),
                ("tiny-deep24-q4k.jsonl", "0.063", _C["tiny-deep24-q4k, 2 threads, flash attention off"]),
-               ("tiny-big-q8.jsonl", "0.075", _C["tiny-big-q8, 2 threads, flash attention off"])]
-              + [("gemma.jsonl", "lookup", c) for c in _GEMMA] + [("gemma_long.jsonl", "lookup", c) for c in _GEMMA]
+               ("tiny-big-q8.jsonl", "0.075", _C["tiny-big-q8, 2 threads, flash attention off"]),
+               ("tiny-wide.jsonl", "0.083", _C["tiny-wide, 1 thread, model 167"]),
+               ("tiny-big-q8.jsonl", "0.074", _C["tiny-big-q8, 2 threads, model 167"]),
+               ("tiny-deep24-q4k.jsonl", "0.057", _C["tiny-deep24-q4k, 2 threads, model 167"])]
+              + [("gemma.jsonl", "lookup", c) for c in _GEMMA + _GEMMA_M167]
+              + [("gemma_long.jsonl", "lookup", c) for c in _GEMMA]
               + [("gemma.jsonl", "lookup", _C["Q4_K_M exact kernels, 1 thread"])]
               + [("gemma_f16.jsonl", "lookup", c) for c in _F16] + [("gemma_q8.jsonl", "lookup", c) for c in _Q8],
     "heldout": [("tiny-gqa24-q4k.jsonl", "0.101", _C["tiny-gqa24-q4k, 2 threads, flash attention off"])]
