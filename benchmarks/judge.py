@@ -21,8 +21,7 @@ constants were last tuned, on theirs, and the GQA twin's pair (added after them 
 timing keeps every worst case and moves no geomean the wrong way on both; judge it on ``heldout`` and tune nothing
 to it. The curves were measured on three 2-core hosts (the development host's AMD EPYC, Intel Xeon models 207 and
 167; docs/performance.md): on another machine, measure yours (benchmarks/measure_curve.py) and run
-policy_suite.py with them. A recording missing from DIR is skipped, with
-the command that makes it.
+policy_suite.py with them. A recording missing from DIR is skipped, with the command that makes it.
 """
 
 from __future__ import annotations
@@ -69,8 +68,8 @@ MEASURED_CURVES = {
     # (Measured on a fourth host, the Intel Xeon model 167 of docs/performance.md's "thirty-sixth" on, where tiny-wide's
     # gap to its best fixed k is widest: flat curves at 1 thread. `measure_curve.py -t T`; with them, each draft's price
     # per drafted token as fresh decoders there read it (DraftPrice.per_token over T(1): Python's work per token in
-    # it): tiny-wide 0.083 at 1 thread, tiny-big-q8 0.074 and the 24-layer pair 0.057 at 2. Replayed here, the
-    # recordings reproduced what timing showed there (docs/performance.md, "thirty-ninth").)
+    # it): tiny-wide 0.083 at 1 thread, tiny-big-q8 0.074 and the 24-layer pair 0.057 at 2. Replayed on these, the
+    # recordings came within a point or two of what timing showed on that host (docs/performance.md, "thirty-ninth").)
     "tiny-wide, 1 thread, model 167": "tw-1-m167=9.462:1.105,1.242,1.503,1.772,2.475,3.814,6.096:0.044",
     "tiny-big-q8, 2 threads, model 167": "tb-2-m167=13.876:1.325,1.518,2.162,2.905,4.241,6.699,11.908:0.033",
     "tiny-deep24-q4k, 2 threads, model 167": "d24-2-m167=20.980:1.496,1.791,2.473,3.332,4.917,6.405,10.424:0.026",
