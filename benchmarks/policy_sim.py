@@ -121,7 +121,7 @@ def simulate_matrix(traces: list[Trace], curves: list[str], ns: list[int], varia
 
 def _in_turn(traces: list[Trace], run_of: dict[str, functools.partial]) -> dict[str, float]:
     """Adaptive seconds per trace in the second of two turns over ``traces`` (simulation.in_turn)."""
-    runs = in_turn(traces, lambda trace, stored: run_of[trace.id](None, calibrations=stored))
+    runs = in_turn(traces, lambda trace, stored: run_of[trace.id](None, stored=stored))
     return {trace_id: run.seconds for trace_id, run in runs.items()}
 
 

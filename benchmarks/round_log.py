@@ -35,6 +35,7 @@ from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from specdec_gguf.calibrations import Stored  # noqa: E402
 from specdec_gguf.proposal import DraftProposal  # noqa: E402
 from specdec_gguf.schedule import AdaptiveSchedule, ScheduleConstants  # noqa: E402
 from specdec_gguf.simulation import SimulatedRun, Trace, in_turn, simulate_run, synthetic_traces  # noqa: E402
@@ -100,13 +101,13 @@ class RoundLog(AdaptiveSchedule):
               f"{evidence}")
 
 
-def store_before(traces: list[Trace], target: Trace, run_of) -> dict:
-    """The calibrations stored when ``target``'s run starts in the second of two turns of the traces run
+def store_before(traces: list[Trace], target: Trace, run_of) -> Stored:
+    """What the store holds when ``target``'s run starts in the second of two turns of the traces run
     in turn (simulation.in_turn, which hands each run the store as it stands)."""
-    handed: dict[str, dict] = {}
+    handed: dict[str, Stored] = {}
 
-    def run(trace: Trace, stored) -> SimulatedRun:
-        handed[trace.id] = dict(stored)  # (the second turn's overwrites the first's)
+    def run(trace: Trace, stored: Stored) -> SimulatedRun:
+        handed[trace.id] = stored  # (the second turn's overwrites the first's)
         return run_of(trace, stored)
 
     in_turn(traces, run)
@@ -187,12 +188,13 @@ def main() -> None:
     trace = found[0]
     options = dict(drafter=args.drafter, draft_style=args.draft_style, draft_ratio=args.draft_ratio)
 
-    def run_of(t: Trace, stored: dict, **more) -> SimulatedRun:
-        return simulate_run(t, curve, args.n, None, calibrations=stored, constants=constants, **options, **more)
+    def run_of(t: Trace, stored: Stored, **more) -> SimulatedRun:
+        return simulate_run(t, curve, args.n, None, stored=stored, constants=constants, **options, **more)
 
-    stored = store_before(traces, trace, run_of) if args.in_turn else {}
+    stored = store_before(traces, trace, run_of) if args.in_turn else Stored()
     print(f"{trace.id} on {curve}, {args.n} tokens, {args.drafter}; stored calibrations: "
-          f"{ {g: tuple(round(v, 2) for v in c) for g, c in stored.items()} or 'none'}")
+          f"{ {g: tuple(round(v, 2) for v in c) for g, c in stored.calibrations.items()} or 'none'}"
+          f"{'; record ' + str(stored.record) if stored.record else ''}")
     adaptive = run_of(trace, stored, schedule_type=RoundLog).seconds
     plain = simulate_run(trace, curve, args.n, 0, **options).seconds
     fixed = {k: plain / simulate_run(trace, curve, args.n, k, **options).seconds for k in (1, 2, 4, 8, 16, 32, 64)}

@@ -16,6 +16,12 @@ draft that is only looked at sees 3-10 in an answer) leaves its outcomes per slo
 the calibration; once the pending outcomes of several runs reach the minimum, the calibration they
 say together is blended in as one generation's. Without that, a draft whose own probabilities
 undersell it and whose first run learned nothing left every later run as blind.
+
+Beside it the store keeps the calibration's *track record*: of the runs that started from a stored
+calibration, how many it predicted better than the priors as given (decayed counts, ``Stored.odds``). A
+draft model's next run takes those odds, bounded, as its prior belief in the calibration
+(``AcceptanceModel(prior_odds=)``, ``ScheduleConstants.record_odds_bound``): a pair whose runs agreed takes
+it on less evidence of its own, one whose runs disagreed (agreement that is the prompt's) on more.
 """
 
 from __future__ import annotations
@@ -44,6 +50,10 @@ BLEND = 0.5
 _BOUNDS = ((-8.0, 8.0), (0.1, 8.0), (-6.0, 6.0), (-6.0, 6.0))
 # What a stored draft price scale may say (costfit.DraftPrice.take_scale); outside: a damaged file, ignored.
 _SCALE_BOUNDS = (0.25, 8.0)
+# A run's outcomes (at least this many) say whether the stored calibration it started from predicted them
+# better than the priors as given; the track record keeps those verdicts, each older one counting this much less.
+MIN_RECORD_OUTCOMES = 8
+RECORD_DECAY = 0.9
 # Seconds a run waits for another one's read-blend-write of the same calibration before it skips its own.
 LOCK_SECONDS = 2.0
 
@@ -56,11 +66,20 @@ _POLICIES = ((True, "greedy"), (False, "sampled"))
 class Stored:
     """What the store holds for a pair, per policy (True: greedy): the calibration, and the outcomes of
     runs too short to teach one alone, pending until enough are in; and for a draft model, what its
-    proposals cost in runs over what its profile says (``costfit.DraftPrice.take_scale``; None: not known)."""
+    proposals cost in runs over what its profile says (``costfit.DraftPrice.take_scale``; None: not known); and
+    per policy the calibration's track record: decayed counts of the runs it predicted better than the priors
+    as given, and of the runs that tested it (``odds``)."""
 
     calibrations: dict[bool, Calibration] = field(default_factory=dict)
     pending: dict[bool, Counts] = field(default_factory=dict)
     draft_scale: float | None = None
+    record: dict[bool, tuple[float, float]] = field(default_factory=dict)
+
+    def odds(self, greedy: bool) -> float:
+        """The odds the track record gives that the stored calibration describes the next run rather than
+        the priors as given: (agreed + 1) / (disagreed + 1), 1 with no record."""
+        agreed, runs = self.record.get(greedy, (0.0, 0.0))
+        return (agreed + 1.0) / (runs - agreed + 1.0)
 
 
 def pair_key(target: SpeculativeEngine, drafter: DrafterEngine) -> str | None:
@@ -118,6 +137,16 @@ def _valid_scale(value: object) -> float | None:
     return float(value) if math.isfinite(value) and lo <= value <= hi else None
 
 
+def _valid_record(value: object) -> tuple[float, float] | None:
+    if not isinstance(value, list) or len(value) != 2 or any(isinstance(v, bool) for v in value):
+        return None
+    try:
+        agreed, runs = (float(v) for v in value)
+    except (TypeError, ValueError):
+        return None
+    return (agreed, runs) if math.isfinite(runs) and 0.0 <= agreed <= runs <= 1.0 / (1.0 - RECORD_DECAY) else None
+
+
 def recall(key: str | None) -> dict[bool, Calibration]:
     """The stored calibrations for greedy (True) and sampled (False) decoding under ``key``; those
     missing, unreadable, stored for another key or out of bounds are left out."""
@@ -136,10 +165,13 @@ def recall_all(key: str | None) -> Stored:
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("key") != key:
         return Stored()
     pending = data.get("pending") if isinstance(data.get("pending"), dict) else {}
-    found = {greedy: (_valid(data.get(name)), _valid_counts(pending.get(name))) for greedy, name in _POLICIES}
-    return Stored({greedy: cal for greedy, (cal, _) in found.items() if cal is not None},
-                  {greedy: counts for greedy, (_, counts) in found.items() if counts is not None},
-                  _valid_scale(data.get("draft_scale")))
+    record = data.get("record") if isinstance(data.get("record"), dict) else {}
+    found = {greedy: (_valid(data.get(name)), _valid_counts(pending.get(name)), _valid_record(record.get(name)))
+             for greedy, name in _POLICIES}
+    return Stored({greedy: cal for greedy, (cal, _, _) in found.items() if cal is not None},
+                  {greedy: counts for greedy, (_, counts, _) in found.items() if counts is not None},
+                  _valid_scale(data.get("draft_scale")),
+                  {greedy: kept for greedy, (_, _, kept) in found.items() if kept is not None})
 
 
 def blend(old: Sequence[float] | None, new: Sequence[float]) -> Calibration | None:
@@ -175,12 +207,17 @@ def blended(stored: Mapping[bool, Calibration], learned: Mapping[bool, Sequence[
 
 def passed_on(stored: Stored, learned: Mapping[bool, Sequence[float]],
               short: Mapping[bool, tuple[Counts, Sequence[float]]] | None = None,
-              draft_scale: float | None = None) -> Stored:
+              draft_scale: float | None = None, tested: Mapping[bool, float] | None = None) -> Stored:
     """``stored`` after a run passed on ``learned`` (per policy, a calibration resting on enough outcomes:
     blended in) and ``short`` (per policy, the (counts, bucket priors) of a run with too few, as
     ``pending_of`` picks them: added to what is pending; once that holds ``MIN_OBSERVATIONS`` outcomes, the calibration they say together,
     fitted around the priors as given, is blended in and they are cleared), and ``draft_scale`` (the run's
     draft price scale: blended in as a calibration is, within bounds)."""
+    record = dict(stored.record)
+    for greedy, evidence in (tested or {}).items():
+        if greedy in stored.calibrations and math.isfinite(evidence):  # (a verdict on what is stored)
+            agreed, runs = record.get(greedy, (0.0, 0.0))
+            record[greedy] = (RECORD_DECAY * agreed + (evidence > 0.0), RECORD_DECAY * runs + 1.0)
     calibrations = blended(stored.calibrations, learned)
     pending = dict(stored.pending)
     for greedy, ((hits, outcomes), priors) in (short or {}).items():
@@ -196,7 +233,7 @@ def passed_on(stored: Stored, learned: Mapping[bool, Sequence[float]],
     if draft_scale is not None and math.isfinite(draft_scale):
         lo, hi = _SCALE_BOUNDS
         scale = min(max(_toward(scale, draft_scale), lo), hi)
-    return Stored(calibrations, pending, scale)
+    return Stored(calibrations, pending, scale, record)
 
 
 def pending_of(learned: Mapping[bool, object],
@@ -206,12 +243,26 @@ def pending_of(learned: Mapping[bool, object],
     return {greedy: entry for greedy, entry in counts.items() if greedy not in learned and sum(entry[0][1]) > 0}
 
 
+def tested_of(models: Mapping[bool, AcceptanceModel],
+              counts: Mapping[bool, tuple[Counts, Sequence[float]]]) -> dict[bool, float]:
+    """Per policy whose ``models`` entry started from a stored calibration and whose run's per-slot ``counts``
+    hold at least ``MIN_RECORD_OUTCOMES``: how much better that calibration predicted them than the priors as
+    given (a log-likelihood ratio: ``passed_on``'s ``tested``)."""
+    tested = {}
+    for greedy, ((hits, outcomes), _) in counts.items():
+        model = models.get(greedy)
+        evidence = model.evidence_of(hits, outcomes) if model is not None else None
+        if evidence is not None and sum(outcomes) >= MIN_RECORD_OUTCOMES:
+            tested[greedy] = evidence
+    return tested
+
+
 def remember(key: str | None, learned: Mapping[bool, Sequence[float]],
              short: Mapping[bool, tuple[Counts, Sequence[float]]] | None = None,
-             draft_scale: float | None = None) -> None:
-    """Pass a run's ``learned`` calibrations, ``short`` outcomes and ``draft_scale`` on to the store (see
-    passed_on) and write it (profile.write_cache_file), one run at a time (a lock file beside it)."""
-    if key is None or not (learned or short or draft_scale is not None):
+             draft_scale: float | None = None, tested: Mapping[bool, float] | None = None) -> None:
+    """Pass a run's ``learned`` calibrations, ``short`` outcomes, ``draft_scale`` and ``tested`` verdicts on to
+    the store (see passed_on) and write it (profile.write_cache_file), one run at a time (a lock file beside it)."""
+    if key is None or not (learned or short or draft_scale is not None or tested):
         return
     path = _path_for(key)
     try:
@@ -219,7 +270,7 @@ def remember(key: str | None, learned: Mapping[bool, Sequence[float]],
         # Runs sharing the cache (a server's requests, batch jobs side by side) each read, blend and
         # write: unlocked, two that overlap both blend into the same old file and one blend is lost.
         with FileLock(path.with_suffix(".lock"), timeout=LOCK_SECONDS):
-            stored = passed_on(recall_all(key), learned, short, draft_scale)
+            stored = passed_on(recall_all(key), learned, short, draft_scale, tested)
             data: dict[str, object] = {"format": FORMAT, "key": key}
             data.update({name: list(stored.calibrations[greedy]) for greedy, name in _POLICIES
                          if greedy in stored.calibrations})
@@ -228,6 +279,9 @@ def remember(key: str | None, learned: Mapping[bool, Sequence[float]],
                                    for greedy, name in _POLICIES if greedy in stored.pending}
             if stored.draft_scale is not None:
                 data["draft_scale"] = stored.draft_scale
+            if stored.record:
+                data["record"] = {name: list(stored.record[greedy]) for greedy, name in _POLICIES
+                                  if greedy in stored.record}
             write_cache_file(path, data)
     except (OSError, Timeout):
         return  # a cache that can't be written (or is held that long) is skipped: it is an optimisation

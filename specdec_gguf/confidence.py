@@ -57,6 +57,10 @@ class AcceptanceModel:
     (6: two right first tokens where the priors said 0.3 and the calibration 0.75): a draft that
     undersells itself was otherwise looked at one token a round for four rounds, 8% of a 64-token
     answer (``ScheduleConstants.early_evidence`` says why 6).
+    ``prior_odds``: the odds that the remembered calibration, rather than the priors as given, describes
+    this run before any of its outcomes (its track record: calibrations.Stored.odds); the evidence starts at
+    their log, so a calibration earlier runs agreed with is taken on less evidence of this run's, and one
+    they disagreed with on more (odds at or past ``early_evidence`` start the model at it).
     ``weigh_calibration``: every refit pulls the fit towards the remembered calibration only as far as
     this run's outcomes so far make it the likelier of the two (its posterior weight against the priors
     as given, even odds at the start), not all the way once the run has begun (prompt lookup: whether
@@ -65,7 +69,7 @@ class AcceptanceModel:
 
     def __init__(self, priors: Sequence[float], strength: float = 3.0, recency: float = 64.0,
                  calibration: Sequence[float] | None = None, early_evidence: float = 6.0,
-                 weigh_calibration: bool = False) -> None:
+                 weigh_calibration: bool = False, prior_odds: float = 1.0) -> None:
         if not len(priors):
             raise ConfigError("an acceptance model needs at least one bucket prior")
         if any(not 0.0 < p < 1.0 for p in priors):
@@ -74,6 +78,8 @@ class AcceptanceModel:
             raise ConfigError(f"strength={strength} must be > 0 and recency={recency} >= 1")
         if not early_evidence >= 1.0:  # (also rejects NaN)
             raise ConfigError(f"early_evidence={early_evidence} must be a likelihood ratio >= 1")
+        if not 0.0 < prior_odds < math.inf:  # (also rejects NaN)
+            raise ConfigError(f"prior_odds={prior_odds} must be a positive finite number")
         centre = _IDENTITY if calibration is None else tuple(float(v) for v in calibration)
         if len(centre) != 4 or not all(math.isfinite(v) for v in centre) or centre[1] < _MIN_SLOPE:
             raise ConfigError(f"calibration={calibration!r} must be four finite numbers (a, s, d1, d2) with s >= "
@@ -100,10 +106,10 @@ class AcceptanceModel:
         self.revision = 0  # counts the changes of any bucket's confidence (what readers may cache by)
         self._confidences: dict[int, tuple[int, list[float]]] = {}  # per slot group: (revision, confidences)
         self._apply(_IDENTITY)
-        # How much better the remembered calibration predicted the outcomes so far than the priors as
-        # given (log-likelihood ratio; None: nothing remembered, or no longer read: after the first
-        # refit unless weigh_calibration).
-        self._evidence: float | None = None if calibration is None else 0.0
+        # The log-odds that the remembered calibration, not the priors as given, describes this run: the prior
+        # odds' log plus how much better it predicted the outcomes so far (log-likelihood ratio; None: nothing
+        # remembered, or no longer read: after the first refit unless weigh_calibration).
+        self._evidence: float | None = None if calibration is None else math.log(prior_odds)
         # Per slot, what a hit and a miss add to it.
         self._hit_evidence: list[float] = []
         self._miss_evidence: list[float] = []
@@ -113,11 +119,23 @@ class AcceptanceModel:
                                      for cal in (centre, _IDENTITY))
                 self._hit_evidence.append(math.log(remembered / given))
                 self._miss_evidence.append(math.log((1.0 - remembered) / (1.0 - given)))
+            if self._evidence >= self._early_evidence:  # (vouched for enough by earlier runs alone)
+                self._refit()
 
     @property
     def centre(self) -> tuple[float, float, float, float]:
         """The calibration the fit is pulled towards (the identity when none was given)."""
         return self._centre
+
+    def evidence_of(self, hits: Sequence[float], outcomes: Sequence[float]) -> float | None:
+        """How much better the remembered calibration predicts per-slot ``hits`` of ``outcomes`` (as ``counts``
+        gives them) than the priors as given: their log-likelihood ratio (None: nothing remembered)."""
+        if not self._hit_evidence:
+            return None
+        if len(hits) != 3 * self._n or len(outcomes) != 3 * self._n:
+            raise ConfigError(f"counts of {len(hits)} and {len(outcomes)} slots given; this model has {3 * self._n}")
+        return sum(h * hit + (o - h) * miss for h, o, hit, miss in zip(hits, outcomes, self._hit_evidence,
+                                                                     self._miss_evidence))
 
     @property
     def remembered_unfitted(self) -> bool:
@@ -237,7 +255,7 @@ class AcceptanceModel:
         if not self._weigh:
             self._evidence = None  # (the fit weighs this run's outcomes from now on)
         elif self._evidence is not None:
-            weight = _sigmoid(self._evidence)  # (the remembered calibration's posterior weight, even prior odds)
+            weight = _sigmoid(self._evidence)  # (the remembered calibration's posterior weight)
             centre = tuple(given + weight * (remembered - given) for given, remembered in zip(_IDENTITY, centre))
         self._refitted = True
         self._apply(self._fit(centre, self.calibration))

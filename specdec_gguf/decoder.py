@@ -104,7 +104,9 @@ class SpeculativeDecoder:
                     draft_costs=profile_for(drafter.cost_engine, use_cache=profile_cache),
                     free_drafter=drafter.cost_engine is None, draft_catch_up=drafter.max_catch_up,
                     priors={greedy: drafter.acceptance_priors(greedy) for greedy in (True, False)},
-                    calibrations=stored.calibrations, draft_scale=stored.draft_scale, constants=constants)
+                    calibrations=stored.calibrations, draft_scale=stored.draft_scale,
+                    calibration_odds={greedy: stored.odds(greedy) for greedy in stored.calibrations},
+                    constants=constants)
                 self._profiled = schedule if profile_cache and schedule.profile is not None else None
         self.schedule = schedule
 
@@ -338,7 +340,8 @@ class SpeculativeDecoder:
             short[greedy] = ([max(0.0, a - b) for a, b in zip(hits, then[0])],
                              [max(0.0, a - b) for a, b in zip(outcomes, then[1])]), priors
         _calibrations.remember(self._calibration_key, {greedy: cal for greedy, (cal, _) in keep.items()},
-                               _calibrations.pending_of(keep, short), self.schedule.draft_price.take_scale())
+                               _calibrations.pending_of(keep, short), self.schedule.draft_price.take_scale(),
+                               _calibrations.tested_of(self.schedule.models, short))
 
     def _prefill(self, prefix: list[int]) -> None:
         """Fill the target's cache with ``prefix``, reusing whatever leading part it already holds."""

@@ -171,6 +171,16 @@ class ScheduleConstants:
     # its 1- and 2-token matches). On the EPYC host two right tokens gave tiny-wide 5.4, yet 5 and 4
     # gained it under 1% of the best fixed k and cost the underconfident draft's worst (0.908x -> 0.875x).
     early_evidence: float = 6.0
+    # A draft model's run starts from the odds the stored calibration's track record gives (calibrations.py:
+    # of the earlier runs that started from it, how many it predicted better than the priors as given), at
+    # most these: a record of agreeing runs halves the evidence this run must add (6 -> 3: a tiny-wide draft's
+    # first right token or two), one of disagreeing runs raises it without bound. Simulated (judge.py tuning,
+    # the model 167 host's curves, in turn): tiny-wide 0.853x -> 0.908x its best fixed k on the default set at
+    # 64 tokens, the 16-layer pair 0.958x -> 0.995x, no worst trace lower in 49 simulations; early_evidence 3
+    # for every run gains alike but lost the 24-layer pair's worst traces (0.963x -> 0.936x plain), whose
+    # agreement is the prompt's. At 2.7 one such trace fell (tiny-big-q8 1.177x -> 1.146x). Side by side
+    # (docs/performance.md, "fortieth"): tiny-wide at 1 thread +5%, the others level. 1: no record read.
+    record_odds_bound: float = 2.0
     # Sampled, before a costly drafter pauses (the start value says drafting doesn't pay) while the calibration
     # it remembered still waits for the first refit, the calibration takes in the outcomes so far: a pause
     # brings none, so such a run went on at the priors (set below every pair measured), and its looks were
@@ -373,7 +383,8 @@ class AdaptiveSchedule:
     priors to pull the fit towards once this run's outcomes come in (what earlier runs learned:
     calibrations.py; None: the priors as given; see AcceptanceModel). ``draft_scale``: what earlier
     runs' draft proposals cost over the draft profile's price (``DraftPrice.take_scale``; None: start
-    at the profile's). ``constants``: the
+    at the profile's). ``calibration_odds``: per policy, the odds the stored calibration's track record
+    gives (``calibrations.Stored.odds``; ScheduleConstants.record_odds_bound). ``constants``: the
     schedule's (:class:`ScheduleConstants`; None: the shipped ones). State carries across
     generations on one decoder.
     """
@@ -382,6 +393,7 @@ class AdaptiveSchedule:
                  draft_costs: CostProfile | None = None, free_drafter: bool = False,
                  priors: dict[bool, Sequence[float]] | None = None, draft_catch_up: int | None = MAX_CATCH_UP,
                  calibrations: Mapping[bool, Sequence[float]] | None = None, draft_scale: float | None = None,
+                 calibration_odds: Mapping[bool, float] | None = None,
                  constants: ScheduleConstants | None = None) -> None:
         if not isinstance(k_max, int) or k_max < 1:
             raise ConfigError(f"num_draft_tokens={k_max!r} must be an integer >= 1")
@@ -397,11 +409,14 @@ class AdaptiveSchedule:
         priors = priors or {}
         self._slot_buckets = {g: not priors.get(g) for g in (True, False)}
         calibrations = calibrations or {}
+        # (Prompt lookup keeps even odds: whether an answer copies, as earlier ones did, is the prompt's.)
+        odds = {} if free_drafter else {g: min(o, c.record_odds_bound) for g, o in (calibration_odds or {}).items()}
         # (A calibration is of the drafter's priors: without them the slots have nothing to calibrate.)
         self.models = {g: AcceptanceModel(list(priors.get(g) or [c.slot_prior] * k_max), c.prior_strength,
                                           c.recency, calibrations.get(g) if priors.get(g) else None,
                                           early_evidence=c.early_evidence,
-                                          weigh_calibration=free_drafter and c.lookup_weighs_remembered)
+                                          weigh_calibration=free_drafter and c.lookup_weighs_remembered,
+                                          prior_odds=odds.get(g, 1.0))
                        for g in (True, False)}
         # Decayed counts of which bucket a proposal's first token fell in, from a prior that the
         # drafter's confident buckets are the common ones (drafts are mostly sure of themselves).

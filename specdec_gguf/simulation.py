@@ -12,7 +12,7 @@ from typing import Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
-from .calibrations import Calibration, Counts, Stored, passed_on, pending_of, worth_keeping
+from .calibrations import Calibration, Counts, Stored, passed_on, pending_of, tested_of, worth_keeping
 from .decoder import SpeculativeDecoder
 from .drafters import AutoregressiveDrafter, PromptLookupDrafter
 from .drafters.autoregressive import _top_probability
@@ -186,6 +186,9 @@ class SimulatedRun:
     # Per policy, the run's per-slot outcomes and the drafter's priors (AdaptiveSchedule.counts): what a
     # run with too few outcomes to pass on a calibration leaves pending.
     counts: dict[bool, tuple[Counts, tuple[float, ...]]] = field(default_factory=dict)
+    # Per policy, how much better the stored calibration the run started from predicted its outcomes than the
+    # priors as given (calibrations.tested_of): its verdict for the track record.
+    tested: dict[bool, float] = field(default_factory=dict)
 
 
 def simulate(trace: Trace, curve: str, max_tokens: int, k: int | None, *, drafter: str = "prompt-lookup",
@@ -199,7 +202,7 @@ def simulate(trace: Trace, curve: str, max_tokens: int, k: int | None, *, drafte
 def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, drafter: str = "prompt-lookup",
                  agreement: float = 0.8, draft_ratio: float = 0.1, draft_style: DraftStyle = "informative",
                  seed: int = 0, schedule: DraftSchedule | None = None,
-                 calibrations: Mapping[bool, Sequence[float]] | None = None,
+                 calibrations: Mapping[bool, Sequence[float]] | None = None, stored: Stored | None = None,
                  constants: ScheduleConstants | None = None,
                  schedule_type: type[AdaptiveSchedule] = AdaptiveSchedule) -> SimulatedRun:
     """One run on ``trace`` with a fresh decoder.
@@ -210,9 +213,13 @@ def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, dr
     of the time in easy stretches with confidences of ``draft_style`` (see :func:`draft_pattern`).
     ``calibrations``: the calibrations earlier runs left in the store (calibrations.py), which the
     adaptive schedule pulls its fit towards, as ``specdec run`` does after earlier runs with the same
-    models. ``constants``: the adaptive schedule's (None: the shipped ones). ``schedule_type``: the
+    models. ``stored``: all the store holds (its calibrations and their track record), in place of
+    ``calibrations``. ``constants``: the adaptive schedule's (None: the shipped ones). ``schedule_type``: the
     adaptive schedule's class (a subclass that logs its rounds: benchmarks/round_log.py).
     """
+    odds = None
+    if stored is not None:
+        calibrations, odds = stored.calibrations, {greedy: stored.odds(greedy) for greedy in stored.calibrations}
     costs = curve_profile(curve)
     clock = VirtualClock()
     full = trace.prompt + trace.output
@@ -235,7 +242,7 @@ def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, dr
             default_num_draft_tokens(drafter, True), target_costs=calibrated_profile(curve), draft_costs=draft_costs,
             free_drafter=drafter == "prompt-lookup", draft_catch_up=drafting.max_catch_up,
             priors={g: drafting.acceptance_priors(g) for g in (True, False)}, calibrations=calibrations,
-            constants=constants)
+            calibration_odds=odds, constants=constants)
         decoder = SpeculativeDecoder(target, drafting, schedule=schedule, clock=clock)
     else:
         decoder = SpeculativeDecoder(target, drafting, num_draft_tokens=k, adaptive=False, clock=clock)
@@ -244,7 +251,9 @@ def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, dr
     if result.tokens != trace.output[:n]:
         raise AssertionError(f"simulation of {trace.id} broke greedy exactness")
     if k is None and isinstance(schedule, AdaptiveSchedule):
-        return SimulatedRun(result.stats.generation_seconds, schedule.learned(), schedule.counts())
+        counts = schedule.counts()
+        return SimulatedRun(result.stats.generation_seconds, schedule.learned(), counts,
+                            tested_of(schedule.models, counts))
     return SimulatedRun(result.stats.generation_seconds, {})
 
 
@@ -258,17 +267,17 @@ def remembered(runs: Sequence[SimulatedRun]) -> dict[bool, Calibration]:
     return stored.calibrations
 
 
-def in_turn(traces: Sequence[Trace], run: Callable[[Trace, Mapping[bool, Calibration]], SimulatedRun],
+def in_turn(traces: Sequence[Trace], run: Callable[[Trace, Stored], SimulatedRun],
             turns: int = 2) -> dict[str, SimulatedRun]:
     """Per trace, its run in the last of ``turns`` turns over ``traces``, each run (``run(trace,
-    calibrations)``) starting from what every run before it left in the store, as a user's cache
+    stored)``) starting from what every run before it left in the store, as a user's cache
     evolves: a calibration taught by earlier runs that were themselves remembered is taken on a prompt
     unlike theirs (what :func:`remembered` over cold runs can't show)."""
     stored = Stored()
     last: dict[str, SimulatedRun] = {}
     for _ in range(turns):
         for trace in traces:
-            last[trace.id] = result = run(trace, stored.calibrations)
+            last[trace.id] = result = run(trace, stored)
             stored = _kept(stored, result)
     return last
 
@@ -277,4 +286,5 @@ def _kept(stored: Stored, run: SimulatedRun) -> Stored:
     """``stored`` after ``run`` remembered what it learned (the same rules as SpeculativeDecoder._remember
     and calibrations.remember)."""
     keep = worth_keeping(run.learned)
-    return passed_on(stored, {greedy: cal for greedy, (cal, _) in keep.items()}, pending_of(keep, run.counts))
+    return passed_on(stored, {greedy: cal for greedy, (cal, _) in keep.items()}, pending_of(keep, run.counts),
+                     tested=run.tested)

@@ -254,10 +254,10 @@ def test_the_calibration_is_passed_on_once_the_last_tokens_are_out(trace_target,
     writes = []
     remember = calibrations.remember
 
-    def slow_remember(key, learned, short=None, draft_scale=None):
+    def slow_remember(key, learned, short=None, draft_scale=None, tested=None):
         clock.advance(1.0)
         writes.append(key)
-        remember(key, learned, short, draft_scale)
+        remember(key, learned, short, draft_scale, tested)
 
     monkeypatch.setattr(calibrations, "remember", slow_remember)
     start = clock()
@@ -291,8 +291,8 @@ def test_a_decoder_passes_on_each_outcome_once(trace_target, monkeypatch):
     again (fails if the outcomes already passed on were counted anew)."""
     passed = []
     remember = calibrations.remember
-    monkeypatch.setattr(calibrations, "remember", lambda key, learned, short=None, draft_scale=None: (
-        passed.append(dict(learned)), remember(key, learned, short, draft_scale)))
+    monkeypatch.setattr(calibrations, "remember", lambda key, learned, short=None, draft_scale=None, tested=None: (
+        passed.append(dict(learned)), remember(key, learned, short, draft_scale, tested)))
     decoder = _lookup_decoder(trace_target)
     decoder.generate(TRACE.prompt, N, ignore_eog=True)
     decoder.generate(TRACE.prompt, 2, ignore_eog=True)
@@ -490,3 +490,104 @@ def test_the_key_changes_with_the_drafters_priors(tiny_engines):
             return tuple(min(0.99, p + 0.05) for p in super().acceptance_priors(greedy))
 
     assert calibrations.pair_key(target, OtherPriors(draft)) != calibrations.pair_key(target, AutoregressiveDrafter(draft))
+
+
+def test_a_track_record_is_kept_of_the_runs_that_tested_the_stored_calibration():
+    """Each run that started from the stored calibration leaves a verdict: whether the calibration predicted its
+    outcomes better than the priors as given. The odds the record gives grow with runs that agree and fall with
+    one that disagrees; a verdict where nothing is stored, or a damaged record, is ignored. Fails if the verdicts
+    were not kept, or counted the same whatever they said."""
+    assert calibrations.recall_all("pair-a").odds(True) == 1.0  # nothing stored: even odds
+    calibrations.remember("pair-a", {}, tested={True: 3.0})
+    assert calibrations.recall_all("pair-a").record == {}  # (no calibration stored: nothing was tested)
+    calibrations.remember("pair-a", {True: (1.0, 1.2, 0.3, -0.1)})
+    odds = [1.0]
+    for _ in range(4):
+        calibrations.remember("pair-a", {}, tested={True: 2.5})
+        odds.append(calibrations.recall_all("pair-a").odds(True))
+    assert odds == sorted(odds) and odds[1] == 2.0 and odds[-1] > 4.0
+    assert calibrations.recall_all("pair-a").odds(False) == 1.0  # (sampled: untested)
+    calibrations.remember("pair-a", {}, tested={True: -4.0})  # one that disagrees: about half the odds
+    stored = calibrations.recall_all("pair-a")
+    assert 0.4 * odds[-1] < stored.odds(True) < 0.6 * odds[-1]
+    assert stored.calibrations == {True: (1.0, 1.2, 0.3, -0.1)}
+    for _ in range(3):
+        calibrations.remember("pair-a", {}, tested={True: -1.0})
+    assert calibrations.recall_all("pair-a").odds(True) < 1.0  # a record of disagreeing runs: below even odds
+    (path,) = calibrations.store_dir().glob("*.json")
+    data = json.loads(path.read_text())
+    for bad in ([5.0, 2.0], [-1.0, 2.0], [1.0, 99.0], [True, 2.0], "1,2", [1.0], [float("nan"), 1.0]):
+        path.write_text(json.dumps({**data, "record": {"greedy": bad}}))
+        assert calibrations.recall_all("pair-a").record == {}
+        assert calibrations.recall("pair-a") == {True: (1.0, 1.2, 0.3, -0.1)}  # the rest still stands
+
+
+def test_a_run_tests_the_calibration_it_started_from_on_its_own_outcomes():
+    """tested_of: the log-likelihood ratio of a run's outcomes under the stored calibration against the priors
+    as given, for runs with enough outcomes and a stored calibration only. Fails if the sign did not follow
+    which of the two predicted the outcomes better."""
+    model = AcceptanceModel(PRIORS, calibration=(2.0, 1.0, 0.0, 0.0))  # (surer than the priors everywhere)
+    slots = 3 * len(PRIORS)
+    outcomes = [0.0] * slots
+    outcomes[1] = calibrations.MIN_RECORD_OUTCOMES
+    right, wrong = list(outcomes), [0.0] * slots  # bucket 1's first tokens: all accepted, or none
+    assert calibrations.tested_of({True: model}, {True: ((right, outcomes), PRIORS)})[True] > 0
+    assert calibrations.tested_of({True: model}, {True: ((wrong, outcomes), PRIORS)})[True] < 0
+    few = [0.0] * slots
+    few[1] = calibrations.MIN_RECORD_OUTCOMES - 1
+    assert calibrations.tested_of({True: model}, {True: ((few, few), PRIORS)}) == {}
+    assert calibrations.tested_of({True: AcceptanceModel(PRIORS)}, {True: ((right, outcomes), PRIORS)}) == {}
+    with pytest.raises(ConfigError, match="slots"):
+        model.evidence_of([1.0], [1.0])
+
+
+def test_a_calibration_earlier_runs_agreed_with_is_taken_on_less_evidence():
+    """Prior odds start the evidence for a remembered calibration: at odds of 2 one right first token (a
+    likelihood ratio of ~4.5) takes it, where even odds need two; odds below even need more; odds at or past
+    early_evidence start the model at it. Fails if the odds were ignored."""
+    calibration = (2.0, 1.0, 0.0, 0.0)
+    vouched = AcceptanceModel(PRIORS, calibration=calibration, prior_odds=2.0)
+    fresh = AcceptanceModel(PRIORS, calibration=calibration)
+    doubted = AcceptanceModel(PRIORS, calibration=calibration, prior_odds=0.2)
+    for model in (vouched, fresh, doubted):
+        assert round(model.confidence(0), 6) == PRIORS[0]
+        model.update_calibration(0, True)
+    assert vouched.confidence(0) > 0.3 and round(fresh.confidence(0), 6) == PRIORS[0]
+    for model in (fresh, doubted):
+        model.update_calibration(0, True)
+    assert fresh.confidence(0) > 0.3 and round(doubted.confidence(0), 6) == PRIORS[0]
+    trusted = AcceptanceModel(PRIORS, calibration=calibration, prior_odds=6.0)
+    assert trusted.confidence(0) > 0.4 and trusted.calibration == pytest.approx(calibration)
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ConfigError, match="prior_odds"):
+            AcceptanceModel(PRIORS, calibration=calibration, prior_odds=bad)
+
+
+def test_a_draft_models_runs_build_a_track_record_the_next_decoder_reads(trace_target, monkeypatch):
+    """Runs of a pair whose draft is always right at probabilities that undersell it (0.2): the first teaches
+    the calibration, the next ones agree with it, and a fresh decoder takes the calibration on less evidence
+    of its own, the record's odds bounded (ScheduleConstants.record_odds_bound; 1: the record unread). Prompt
+    lookup (whether an answer copies is the prompt's) keeps even odds. Fails if the record were not kept, not
+    read or not bounded."""
+    for _ in range(4):
+        _draft_decoder(monkeypatch).generate(TRACE.prompt, 48, ignore_eog=True)
+    stored = calibrations.recall_all(KEY)
+    assert stored.odds(True) > 2.0
+    bound = ScheduleConstants().record_odds_bound
+    assert 1.0 < bound < ScheduleConstants().early_evidence
+    vouched = _draft_decoder(monkeypatch).schedule.models[True]
+    unread = _draft_decoder(monkeypatch, constants=ScheduleConstants(record_odds_bound=1.0)).schedule.models[True]
+    taken_after = []
+    for model in (vouched, unread):  # (neither starts at the calibration: the bound is below early_evidence)
+        assert model.confidence(2) == pytest.approx(model.priors[2])
+        rights = 0
+        while model.confidence(2) == pytest.approx(model.priors[2]):
+            model.update_calibration(2, True)  # right first tokens where the priors said little
+            rights += 1
+        taken_after.append(rights)
+    assert taken_after[0] < taken_after[1] < 4  # (before the first regular refit, at four updates)
+    lookup = AdaptiveSchedule(16, target_costs=curve_profile("gpu-like"), free_drafter=True,
+                              priors={True: PRIORS, False: PRIORS}, calibrations={True: (2.0, 1.0, 0.0, 0.0)},
+                              calibration_odds={True: 2.0})
+    lookup.models[True].update_calibration(0, True)
+    assert round(lookup.models[True].confidence(0), 6) == PRIORS[0]

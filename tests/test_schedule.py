@@ -952,7 +952,7 @@ def test_prompt_lookup_never_loses_as_a_users_calibration_store_evolves(curve):
     trace. The negative control below shows the bound failing when a remembered calibration is taken
     whole whatever this run's outcomes say of it."""
     for n in (64, 256):
-        runs = in_turn(TRACES, lambda trace, stored: simulate_run(trace, curve, n, None, calibrations=stored))
+        runs = in_turn(TRACES, lambda trace, stored: simulate_run(trace, curve, n, None, stored=stored))
         for trace in TRACES:
             assert simulate(trace, curve, n, 0) / runs[trace.id].seconds >= 0.97, (trace.id, n)
 
@@ -962,7 +962,7 @@ def test_a_remembered_calibration_taken_whole_loses_in_turn():
     passes on an answer that edits every ~7th token (big-q8: ~0.90x plain). In one pass each: verifying
     such a copy in two passes hedges those bets too (1.02x)."""
     whole = ScheduleConstants(lookup_weighs_remembered=False, split_passes=False)
-    runs = in_turn(TRACES, lambda trace, stored: simulate_run(trace, "big-q8", 64, None, calibrations=stored,
+    runs = in_turn(TRACES, lambda trace, stored: simulate_run(trace, "big-q8", 64, None, stored=stored,
                                                                constants=whole))
     worst = min(simulate(t, "big-q8", 64, 0) / runs[t.id].seconds for t in TRACES)
     assert worst < 0.95
