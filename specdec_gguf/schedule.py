@@ -174,12 +174,13 @@ class ScheduleConstants:
     # A draft model's run starts from the odds the stored calibration's track record gives (calibrations.py:
     # of the earlier runs that started from it, how many it predicted better than the priors as given), at
     # most these: a record of agreeing runs halves the evidence this run must add (6 -> 3: a tiny-wide draft's
-    # first right token or two), one of disagreeing runs raises it without bound. Simulated (judge.py tuning,
-    # the model 167 host's curves, in turn): tiny-wide 0.853x -> 0.908x its best fixed k on the default set at
-    # 64 tokens, the 16-layer pair 0.958x -> 0.995x, no worst trace lower in 49 simulations; early_evidence 3
-    # for every run gains alike but lost the 24-layer pair's worst traces (0.963x -> 0.936x plain), whose
-    # agreement is the prompt's. At 2.7 one such trace fell (tiny-big-q8 1.177x -> 1.146x). Side by side
-    # (docs/performance.md, "fortieth"): tiny-wide at 1 thread +5%, the others level. 1: no record read.
+    # first right token or two), one of disagreeing runs raises it without bound. Simulated on the recorded
+    # pairs with the model 167 host's curves, in turn: tiny-wide 0.853x -> 0.908x its best fixed k on the default
+    # set at 64 tokens, the 16-layer pair 0.958x -> 0.995x; judge.py tuning +0.16%, no worst trace lower in 49
+    # simulations. early_evidence 3 for every run gained alike but lost the 24-layer pair's worst traces (0.963x
+    # -> 0.936x plain), whose agreement is the prompt's; a bound of 2.7 lost one (tiny-big-q8 1.177x -> 1.146x).
+    # Side by side (docs/performance.md, "fortieth"): tiny-wide at 1 thread +4%-5% (0.84x -> 0.87x k = 8), six
+    # other rows level within their null arms. 1: the record unread.
     record_odds_bound: float = 2.0
     # Sampled, before a costly drafter pauses (the start value says drafting doesn't pay) while the calibration
     # it remembered still waits for the first refit, the calibration takes in the outcomes so far: a pause
