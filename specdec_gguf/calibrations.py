@@ -211,8 +211,10 @@ def passed_on(stored: Stored, learned: Mapping[bool, Sequence[float]],
     """``stored`` after a run passed on ``learned`` (per policy, a calibration resting on enough outcomes:
     blended in) and ``short`` (per policy, the (counts, bucket priors) of a run with too few, as
     ``pending_of`` picks them: added to what is pending; once that holds ``MIN_OBSERVATIONS`` outcomes, the calibration they say together,
-    fitted around the priors as given, is blended in and they are cleared), and ``draft_scale`` (the run's
-    draft price scale: blended in as a calibration is, within bounds)."""
+    fitted around the priors as given, is blended in and they are cleared), ``draft_scale`` (the run's
+    draft price scale: blended in as a calibration is, within bounds) and ``tested`` (per policy, how much
+    better the stored calibration the run started from predicted its outcomes than the priors as given, as
+    ``tested_of`` gives it: a verdict added to the track record; ignored where nothing is stored)."""
     record = dict(stored.record)
     for greedy, evidence in (tested or {}).items():
         if greedy in stored.calibrations and math.isfinite(evidence):  # (a verdict on what is stored)

@@ -63,7 +63,7 @@ class AcceptanceModel:
     they disagreed with on more (odds at or past ``early_evidence`` start the model at it).
     ``weigh_calibration``: every refit pulls the fit towards the remembered calibration only as far as
     this run's outcomes so far make it the likelier of the two (its posterior weight against the priors
-    as given, even odds at the start), not all the way once the run has begun (prompt lookup: whether
+    as given, from ``prior_odds``: even odds for prompt lookup), not all the way once the run has begun (prompt lookup: whether
     an answer copies its input, like the earlier answers, or not is the prompt's, not the model's).
     """
 

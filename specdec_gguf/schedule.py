@@ -180,7 +180,8 @@ class ScheduleConstants:
     # simulations. early_evidence 3 for every run gained alike but lost the 24-layer pair's worst traces (0.963x
     # -> 0.936x plain), whose agreement is the prompt's; a bound of 2.7 lost one (tiny-big-q8 1.177x -> 1.146x).
     # Side by side (docs/performance.md, "fortieth"): tiny-wide at 1 thread +4%-5% (0.84x -> 0.87x k = 8), nine
-    # other rows (greedy and sampled, Gemma F16 drafted by its Q4_K_M) level within their null arms. 1: the record unread.
+    # other rows (greedy and sampled, Gemma F16 drafted by its Q4_K_M) level within their null arms. 1: the
+    # record unread.
     record_odds_bound: float = 2.0
     # Sampled, before a costly drafter pauses (the start value says drafting doesn't pay) while the calibration
     # it remembered still waits for the first refit, the calibration takes in the outcomes so far: a pause
