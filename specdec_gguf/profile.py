@@ -474,6 +474,8 @@ def profile_for(engine: SpeculativeEngine | None, *, use_cache: bool = True) -> 
     if confirm:
         profile = measure(engine, sizes=(1, max(cached.seconds)), repeats=1, token=max(engine.bos_token, 0),
                           within_budget=True)
+        if not profile.plausible:  # (a busy moment itself: this run keeps the cached one, the next times again)
+            return with_timed_context(cached, engine.attention)
     else:
         profile = measure(engine, repeats=FULL_ROUNDS - cached.rounds if cached else FULL_ROUNDS,
                           token=max(engine.bos_token, 0), within_budget=True, known=cached)

@@ -1573,8 +1573,9 @@ def test_a_profile_timed_by_one_process_is_timed_again_by_the_next(tiny_engines,
     never verified, so never timed again: a run in another process times the largest size again, with the
     one-token passes it is priced against, and keeps the fastest of each; from then on, and in the process
     that timed it, the cache is read without measuring. A cached file that doesn't say who timed it (an older
-    version's) is timed again once too. Fails if a profile of one process's rounds were final, or if confirmed
-    ones kept measuring."""
+    version's) is timed again once too; a timing that is itself implausible is neither used nor kept. Fails if a
+    profile of one process's rounds were final, if confirmed ones kept measuring, or if a busy retiming
+    replaced a good profile."""
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
     target, _ = tiny_engines
     process = [os.getpid()]
@@ -1607,3 +1608,11 @@ def test_a_profile_timed_by_one_process_is_timed_again_by_the_next(tiny_engines,
         process[0] += 1  # and the one after it
         assert profile_for(target).from_cache and len(calls) == 1
         process[0] = busy.timed_by
+    # A timing that is itself implausible (a busy moment now) is neither used nor kept: the next run retimes.
+    save(busy)
+    process[0] += 1
+    quiet[9] = 0.5e-3  # (a 9-token pass cheaper than a one-token one)
+    calls.clear()
+    kept = profile_for(target)
+    assert calls == [(1, (1, 9))] and kept.from_cache and kept.seconds == busy.seconds
+    assert load_cached(target.profile_key).timed_by == busy.timed_by
