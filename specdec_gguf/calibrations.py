@@ -81,6 +81,10 @@ class Stored:
         agreed, runs = self.record.get(greedy, (0.0, 0.0))
         return (agreed + 1.0) / (runs - agreed + 1.0)
 
+    def calibration_odds(self) -> dict[bool, float]:
+        """``odds`` per policy with a stored calibration (``AdaptiveSchedule(calibration_odds=)``)."""
+        return {greedy: self.odds(greedy) for greedy in self.calibrations}
+
 
 def pair_key(target: SpeculativeEngine, drafter: DrafterEngine) -> str | None:
     """The cache key of ``drafter`` against ``target``; None when either can't name itself (an

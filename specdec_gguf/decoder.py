@@ -105,7 +105,7 @@ class SpeculativeDecoder:
                     free_drafter=drafter.cost_engine is None, draft_catch_up=drafter.max_catch_up,
                     priors={greedy: drafter.acceptance_priors(greedy) for greedy in (True, False)},
                     calibrations=stored.calibrations, draft_scale=stored.draft_scale,
-                    calibration_odds={greedy: stored.odds(greedy) for greedy in stored.calibrations},
+                    calibration_odds=stored.calibration_odds(),
                     constants=constants)
                 self._profiled = schedule if profile_cache and schedule.profile is not None else None
         self.schedule = schedule

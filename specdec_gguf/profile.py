@@ -464,8 +464,9 @@ def profile_for(engine: SpeculativeEngine | None, *, use_cache: bool = True) -> 
     # last a whole calibration (the first run after installing timed Gemma's 9-token pass at 4.65 one-token
     # passes in both its rounds, 3.0-3.2 on a quiet host), and a size priced too dear is never verified, so
     # never timed again (the demo ran 2.1x plain on that cache run after run, 3.8x once it was timed again).
-    confirm = cached is not None and cached.rounds >= FULL_ROUNDS and cached.timed_by not in (0, os.getpid())
-    if cached is not None and cached.rounds >= FULL_ROUNDS and not confirm:
+    complete = cached is not None and cached.rounds >= FULL_ROUNDS
+    confirm = complete and cached.timed_by not in (0, os.getpid())
+    if complete and not confirm:
         return with_timed_context(cached, engine.attention)
     # None cached, or one measured in fewer rounds (the budget): this run times a round (more where the budget
     # allows) and keeps the fastest of all. One to confirm: its largest size, which a run that prices it too

@@ -219,7 +219,7 @@ def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, dr
     """
     odds = None
     if stored is not None:
-        calibrations, odds = stored.calibrations, {greedy: stored.odds(greedy) for greedy in stored.calibrations}
+        calibrations, odds = stored.calibrations, stored.calibration_odds()
     costs = curve_profile(curve)
     clock = VirtualClock()
     full = trace.prompt + trace.output
