@@ -21,8 +21,12 @@ Cases (each: plain, fixed k, adaptive; a fresh decoder per trial, as `specdec ru
 - ``tiny-deep-q4k`` and ``tiny-deep24-q4k`` (only when named): the issue's two draft pairs, a 16-layer d2048 Q4_K_M
   target (~0.8B parameters, 474 MB) whose 2-layer draft agrees on 84% of first tokens (drafting pays), and a
   24-layer d1024 one (178 MB) whose 2-layer draft agrees on ~55% (it barely does); ``tiny-gqa24-q4k`` (only when
-  named) is the latter's twin with grouped-query attention (2 key/value heads), the shape of most small released models.
+  named) is the latter's twin with grouped-query attention (2 key/value heads), the shape of most small released models;
+  ``tiny-gqa12-q4k`` (only when named, added after the schedule's constants were last tuned): a 12-layer d1536 Q4_K_M
+  target with 4 key/value heads (183 MB) whose 1-layer draft agrees on ~75% of first tokens, where drafting pays at 1
+  or 2 drafted tokens.
 Cases are named in ``--only``: tiny-f32, tiny-wide, tiny-mid-q8, tiny-big-q8, tiny-deep-q4k, tiny-deep24-q4k, tiny-gqa24-q4k,
+tiny-gqa12-q4k,
 gemma, gemma-f16, gemma-q8_0,
 gemma-f16-draft (the requantized ones are written from ``--gemma`` into a temporary folder, ~4 s).
 Prints adaptive / plain per prompt (the bound: >= 0.97x everywhere) and adaptive / best fixed k.
@@ -62,6 +66,10 @@ TINY = {  # name: (target layers, draft layers, gain, shape, dtype)
     # Its twin with grouped-query attention (2 key/value heads of 64 for 16 query heads, as Qwen2.5 0.5B's 2 for
     # 14): the shape most small released models have, where attention over the cache costs far less.
     "tiny-gqa24-q4k": (24, 2, 0.16, TinyShape(n_embd=1024, n_head=16, n_ff=2816, n_head_kv=2), "q4_k_m"),
+    # A pair nobody tuned on (added in the forty-first session): wider, shallower, 4 key/value heads, a 1-layer draft
+    # agreeing on ~75% of first tokens; drafting pays a little (best at 1-2 drafted tokens), so the schedule's
+    # marginal decisions are what it tests.
+    "tiny-gqa12-q4k": (12, 1, 0.08, TinyShape(n_embd=1536, n_head=12, n_ff=4096, n_head_kv=4), "q4_k_m"),
 }
 DEFAULT_TINY = ("tiny-f32", "tiny-wide", "tiny-mid-q8", "tiny-big-q8")
 

@@ -2,7 +2,7 @@
 
 Usage:
   python benchmarks/round_log.py TRACE_ID [--traces FILE.jsonl] [--curve NAME[=...]] [-n 64]
-                                [--drafter draft-model --draft-ratio 0.12] [--in-turn] [--variant NAME:field=v,...]
+                                [--drafter draft-model --draft-ratio 0.12] [--in-turn | --remembered] [--variant NAME:field=v,...]
   python benchmarks/round_log.py PROMPT_ID --model T.gguf [--draft D.gguf] [--set default | --prompts P.jsonl] [-n 64] [-t 2]
                                 [--runs 3] [--fresh-cache] [--exact] [--temp 0.8 --seed 0] [--variant ...]
 
@@ -14,7 +14,9 @@ whether a declined proposal's first token was right), with the pooled calibratio
 remembered one, the evidence for it. Then the run's ratio to plain decoding and to fixed k.
 ``--in-turn``: the run starts from what the traces' runs in turn left in the calibration store
 (one whole turn, then the traces before this one: simulation.in_turn's order), as ``policy_sim.py
---in-turn`` runs it. The question it answers is why a run in ``policy_sim.py``'s table lost.
+--in-turn`` runs it; ``--remembered``: from what the other traces' cold runs left (simulation.remembered), as
+``policy_sim.py --remembered`` (judge.py's "remembered" rows) runs it. The question it answers is why a run in
+``policy_sim.py``'s table lost.
 
 With ``--model`` the runs are real: a built-in prompt (``--set``) on the model, with the ``--draft`` model
 or prompt lookup, ``--runs`` times a plain run then an adaptive one, each a fresh decoder whose engines
@@ -38,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specdec_gguf.calibrations import Stored  # noqa: E402
 from specdec_gguf.proposal import DraftProposal  # noqa: E402
 from specdec_gguf.schedule import AdaptiveSchedule, ScheduleConstants  # noqa: E402
-from specdec_gguf.simulation import SimulatedRun, Trace, in_turn, simulate_run, synthetic_traces  # noqa: E402
+from specdec_gguf.simulation import SimulatedRun, Trace, in_turn, remembered, simulate_run, synthetic_traces  # noqa: E402
 from ab_constants import parse_variant, sampling_for  # noqa: E402
 from policy_sim import load_traces, parse_curve  # noqa: E402
 
@@ -168,7 +170,10 @@ def main() -> None:
     parser.add_argument("--drafter", choices=["prompt-lookup", "draft-model"], default="prompt-lookup")
     parser.add_argument("--draft-style", choices=["informative", "underconfident"], default="informative")
     parser.add_argument("--draft-ratio", type=float, default=0.1)
-    parser.add_argument("--in-turn", action="store_true")
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--in-turn", action="store_true")
+    start.add_argument("--remembered", action="store_true",
+                       help="start from what the other traces' cold runs left in the store (policy_sim.py --remembered)")
     parser.add_argument("--variant", help="NAME:field=value,... (the schedule's constants)")
     args = parser.parse_args()
     constants: ScheduleConstants | None = parse_variant(args.variant)[1] if args.variant else None
@@ -191,7 +196,11 @@ def main() -> None:
     def run_of(t: Trace, stored: Stored, **more) -> SimulatedRun:
         return simulate_run(t, curve, args.n, None, stored=stored, constants=constants, **options, **more)
 
-    stored = store_before(traces, trace, run_of) if args.in_turn else Stored()
+    stored = Stored()
+    if args.in_turn:
+        stored = store_before(traces, trace, run_of)
+    elif args.remembered:
+        stored = Stored(calibrations=remembered([run_of(t, Stored()) for t in traces if t.id != trace.id]))
     print(f"{trace.id} on {curve}, {args.n} tokens, {args.drafter}; stored calibrations: "
           f"{ {g: tuple(round(v, 2) for v in c) for g, c in stored.calibrations.items()} or 'none'}"
           f"{'; record ' + str(stored.record) if stored.record else ''}")

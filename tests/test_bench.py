@@ -999,3 +999,22 @@ def test_a_peer_runs_flash_attention_as_our_target_chose_it(tmp_path):
 
     assert flag(flash_attn=False) == "off" and flag(flash_attn=True) == "on" and flag() is None
     assert flag(flash_attn=True, exact=True) == "off"
+
+
+def test_round_log_remembered_starts_from_what_the_other_traces_cold_runs_left(monkeypatch, capsys):
+    """benchmarks/round_log.py --remembered: the logged run starts from the calibration the other traces' cold
+    runs leave in the store (policy_sim.py --remembered's start, where a judge's "remembered" row lost), and
+    without it from none. Fails if the flag were ignored or the store held the logged trace's own run."""
+    from specdec_gguf.simulation import Stored, remembered, simulate_run, synthetic_traces
+
+    round_log = _benchmark("round_log")
+    traces = synthetic_traces()
+    trace = traces[0]
+    expected = remembered([simulate_run(t, "big-q8", 64, None, drafter="draft-model", stored=Stored())
+                           for t in traces if t.id != trace.id])
+    shown = {g: tuple(round(v, 2) for v in c) for g, c in expected.items()}
+    for flag, start in ((["--remembered"], f"stored calibrations: {shown}"), ([], "stored calibrations: none")):
+        monkeypatch.setattr("sys.argv", ["round_log.py", trace.id, "--curve", "big-q8", "--drafter", "draft-model",
+                                         "-n", "64", *flag])
+        round_log.main()
+        assert start in capsys.readouterr().out.splitlines()[0]
