@@ -15,14 +15,14 @@ prompt sets (benchmarks/record_traces.py, 256 tokens each). Files already there 
 development host it wrote byte for byte the recordings docs/performance.md's sections replayed (another thread
 count or build may tip a near-tie: another answer, as valid to judge by).
 
-``tuning`` runs benchmarks/policy_suite.py ``--in-turn`` over the synthetic matrix, the tiny pairs at their
-draft's cost ratio and Gemma's answers to the default, short and long sets, each on the curves measured for
-that model (``MEASURED_CURVES``); ``heldout``, Gemma's answers to the held-out prompts, written after the
-constants were last tuned, on theirs, and the GQA twin's pair and tiny-gqa12-q4k (added after them too) on their own. A change worth
-timing keeps every worst case and moves no geomean the wrong way on both; judge it on ``heldout`` and tune nothing
-to it. The curves were measured on three 2-core hosts (the development host's AMD EPYC, Intel Xeon models 207 and
-167; docs/performance.md): on another machine, measure yours (benchmarks/measure_curve.py) and run
-policy_suite.py with them. A recording missing from DIR is skipped, with the command that makes it.
+``tuning`` runs benchmarks/policy_suite.py ``--in-turn`` over the synthetic matrix, the tiny pairs at their draft's
+cost ratio and Gemma's answers to the default, short and long sets, each on the curves measured for that model
+(``MEASURED_CURVES``); ``heldout``, Gemma's answers to the held-out prompts, written after the constants were last
+tuned, on theirs, and the GQA twin's pair and tiny-gqa12-q4k (added after them too) on their own. A change worth
+timing keeps every worst case and moves no geomean the wrong way on both; judge it on ``heldout`` and tune nothing to
+it. The curves were measured on three 2-core hosts (the development host's AMD EPYC, Intel Xeon models 207 and 167;
+docs/performance.md): on another machine, measure yours (benchmarks/measure_curve.py) and run policy_suite.py with
+them. A recording missing from DIR is skipped, with the command that makes it.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Usage:
   python benchmarks/round_log.py TRACE_ID [--traces FILE.jsonl] [--curve NAME[=...]] [-n 64]
-                                [--drafter draft-model --draft-ratio 0.12] [--in-turn | --remembered] [--variant NAME:field=v,...]
+                                [--drafter draft-model --draft-ratio 0.12] [--in-turn | --remembered]
+                                [--variant NAME:field=v,...]
   python benchmarks/round_log.py PROMPT_ID --model T.gguf [--draft D.gguf] [--set default | --prompts P.jsonl] [-n 64] [-t 2]
                                 [--runs 3] [--fresh-cache] [--exact] [--temp 0.8 --seed 0] [--variant ...]
 
@@ -173,7 +174,7 @@ def main() -> None:
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--in-turn", action="store_true")
     start.add_argument("--remembered", action="store_true",
-                       help="start from what the other traces' cold runs left in the store (policy_sim.py --remembered)")
+                       help="start from what the other traces' cold runs left (policy_sim.py --remembered)")
     parser.add_argument("--variant", help="NAME:field=value,... (the schedule's constants)")
     args = parser.parse_args()
     constants: ScheduleConstants | None = parse_variant(args.variant)[1] if args.variant else None

@@ -1004,8 +1004,9 @@ def test_a_peer_runs_flash_attention_as_our_target_chose_it(tmp_path):
 def test_round_log_remembered_starts_from_what_the_other_traces_cold_runs_left(monkeypatch, capsys):
     """benchmarks/round_log.py --remembered: the logged run starts from the calibration the other traces' cold
     runs leave in the store (policy_sim.py --remembered's start, where a judge's "remembered" row lost), and
-    without it from none. Fails if the flag were ignored or the store held the logged trace's own run."""
-    from specdec_gguf.simulation import Stored, remembered, simulate_run, synthetic_traces
+    without it from none. Fails if the flag were ignored (or started the run from nothing)."""
+    from specdec_gguf.calibrations import Stored
+    from specdec_gguf.simulation import remembered, simulate_run, synthetic_traces
 
     round_log = _benchmark("round_log")
     traces = synthetic_traces()
