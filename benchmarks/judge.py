@@ -5,6 +5,7 @@ Usage:
   python benchmarks/judge.py record --gemma G.gguf --dir DIR [-t 2]
   python benchmarks/judge.py tuning --dir DIR [--variant NAME:field=value,...] [-n 64,256]
   python benchmarks/judge.py heldout --dir DIR [--variant NAME:field=value,...] [-n 64,256]
+  (either suite: [--jitter 0.95,1.05], policy_suite.py's: three times the runs, ~5 minutes)
 
 ``record`` writes into DIR what the suites replay (timing-free; ~10 minutes on 2 cores): the answers and
 teacher-forced drafts of benchmarks/matrix.py's tiny-big-q8, tiny-wide, tiny-deep24-q4k (the issue's 24-layer
@@ -213,6 +214,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-t", "--threads", type=int, default=2, help="record: CPU threads")
     parser.add_argument("--variant", action="append", default=[], help="NAME:field=value,... (repeatable)")
     parser.add_argument("-n", default="64,256", help="answer lengths (comma-separated)")
+    parser.add_argument("--jitter", default="",
+                        help="policy_suite.py --jitter: each run's ratio a geomean over neighbouring costs too")
     args = parser.parse_args(argv)
     if args.what == "record":
         if args.gemma is None or not args.gemma.is_file():
@@ -223,7 +226,8 @@ def main(argv: list[str] | None = None) -> None:
     for note in missing:
         print(note, file=sys.stderr)
     variants = [a for v in args.variant for a in ("--variant", v)]
-    results = policy_suite.main(["--in-turn", "-n", args.n, *variants, *recorded])
+    jitter = ["--jitter", args.jitter] if args.jitter else []
+    results = policy_suite.main(["--in-turn", "-n", args.n, *jitter, *variants, *recorded])
     lines = verdict(results)
     if lines:
         print("verdict")

@@ -1,7 +1,7 @@
 """Every simulation a schedule change is judged by, one summary line each: the check before timing.
 
 Usage: python benchmarks/policy_suite.py [--variant NAME:field=value,...] [--recorded FILE:RATIO|lookup[:CURVE]]
-                                        [-n 64,256]
+                                        [-n 64,256] [--in-turn] [--jitter 0.95,1.05]
 
 Runs benchmarks/policy_sim.py's matrix for prompt lookup and for the synthetic draft models
 (informative and underconfident), each cold and remembered, and for every ``--recorded`` file of
@@ -9,7 +9,9 @@ real-draft traces (benchmarks/record_traces.py --draft) remembered, at that draf
 every curve or on the measured curve given (policy_sim.py --curve's NAME=T1_MS:R2,R3,R5,R9[...][:SWITCH]);
 ``FILE:lookup[:CURVE]`` runs a file of recorded outputs (record_traces.py without --draft) with prompt
 lookup instead. ``--in-turn`` adds each simulation with its traces run in turn, each run starting from
-what all earlier ones left (policy_sim.py --in-turn).
+what all earlier ones left (policy_sim.py --in-turn). ``--jitter 0.95,1.05`` reports each run's ratio as its
+geomean over the curve as measured and the curve with its extra cost per token (and a draft model's price) times
+each factor: a worst trace on a knife's edge then moves by what a change does (jittered_matrix).
 Per simulation and variant: the worst trace, the worst case (a curve and answer length, the geomean
 over its traces, as a matrix row is over its prompts) and the geomeans over plain and over the best
 fixed k. A change worth timing keeps every worst case and moves no geomean the wrong way.
@@ -22,18 +24,54 @@ Example (the tiny-wide pair's recording on its own 2-thread curve, and on all cu
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
+from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec_gguf.schedule import ScheduleConstants  # noqa: E402
 from specdec_gguf.simulation import CURVES, synthetic_traces  # noqa: E402
 from ab_constants import parse_variant  # noqa: E402
-from policy_sim import load_traces, parse_curve, simulate_matrix, summaries  # noqa: E402
+from policy_sim import load_traces, parse_curve, summaries  # noqa: E402
+from policy_sim import simulate_matrix as _simulate_matrix  # noqa: E402
 
 
 STANDARD_CURVES = list(CURVES)  # (before --recorded adds measured ones)
+
+
+def perturbed(curve: str, factor: float) -> str:
+    """The name of ``curve`` with each pass's cost beyond a one-token pass times ``factor`` (added to CURVES)."""
+    base, ratios, switch = CURVES[curve]
+    name = f"{curve}~{factor:g}"
+    CURVES[name] = (base, {n: 1.0 + (r - 1.0) * factor for n, r in ratios.items()}, switch)
+    return name
+
+
+def jittered_matrix(traces: list, curves: list[str], ns: list[int], variants: dict[str, ScheduleConstants | None],
+                    factors: Sequence[float], **settings) -> list[dict]:
+    """policy_sim.simulate_matrix's rows, each variant's ratio the geomean over the curves as measured and the
+    curves (and a draft model's price) with their extra cost per token times each of ``factors``. A worst trace
+    can sit on a knife's edge (three unlucky first rounds start the guard's doubling pauses, or not): a change
+    that moves it there and back moves its single value by 5%-10% (docs/performance.md, "forty-first"), while
+    over a few neighbouring costs it moves by what the change does. Fixed k's rows stay as measured."""
+    rows = _simulate_matrix(traces, curves, ns, variants, **settings)
+    if not factors:
+        return rows
+    others = []
+    for factor in factors:
+        moved = dict(settings)
+        if moved.get("drafter") == "draft-model":
+            moved["draft_ratio"] = moved.get("draft_ratio", 0.1) * factor
+        others.append(_simulate_matrix(traces, [perturbed(c, factor) for c in curves], ns, variants, **moved))
+    for i, row in enumerate(rows):
+        for name in row["variants"]:
+            values = [row["variants"][name]] + [other[i]["variants"][name] for other in others]
+            row["variants"][name] = math.exp(sum(math.log(v) for v in values) / len(values))
+        row["adaptive"] = row["variants"]["shipped"]
+        row["vs_best"] = row["adaptive"] / row["best_fixed"]
+    return rows
 
 
 def parse_recorded(text: str) -> tuple[Path, float | None, list[str]]:
@@ -58,6 +96,9 @@ def main(argv: list[str] | None = None) -> list[tuple[str, list[dict]]]:
     parser.add_argument("-n", default="64,256", help="answer lengths (comma-separated)")
     parser.add_argument("--in-turn", action="store_true",
                         help="also each simulation with the traces run in turn (policy_sim.py --in-turn)")
+    parser.add_argument("--jitter", default="",
+                        help="factors (comma-separated) on each curve's extra cost per token and the draft's price: "
+                             "each run's ratio is its geomean over them and the curve as measured")
     args = parser.parse_args(argv)
     variants: dict[str, ScheduleConstants | None] = {"shipped": None}
     variants.update(parse_variant(v) for v in args.variant)
@@ -65,6 +106,9 @@ def main(argv: list[str] | None = None) -> list[tuple[str, list[dict]]]:
     ns = [int(x) for x in args.n.split(",")]
     synthetic = synthetic_traces()
     results: list[tuple[str, list[dict]]] = []
+    factors = [float(f) for f in args.jitter.split(",") if f]
+    if any(not f > 0.0 for f in factors):
+        raise SystemExit(f"--jitter {args.jitter!r}: factors must be > 0")
 
     def report(label: str, rows: list[dict]) -> None:
         results.append((label, rows))
@@ -74,17 +118,17 @@ def main(argv: list[str] | None = None) -> list[tuple[str, list[dict]]]:
         (f"draft {style}", dict(drafter="draft-model", draft_style=style)) for style in ("informative", "underconfident")]
     for label, settings in suite:
         for remember in (False, True):
-            rows = simulate_matrix(synthetic, STANDARD_CURVES, ns, variants, remember=remember, **settings)  # type: ignore[arg-type]
+            rows = jittered_matrix(synthetic, STANDARD_CURVES, ns, variants, factors, remember=remember, **settings)  # type: ignore[arg-type]
             report(f"{label}{', remembered' if remember else ''}", rows)
         if args.in_turn:
-            rows = simulate_matrix(synthetic, STANDARD_CURVES, ns, variants, sequence=True, **settings)  # type: ignore[arg-type]
+            rows = jittered_matrix(synthetic, STANDARD_CURVES, ns, variants, factors, sequence=True, **settings)  # type: ignore[arg-type]
             report(f"{label}, in turn", rows)
     for path, ratio, curves in recorded:
         where = curves[0] if len(curves) == 1 else "every curve"
         settings = dict(drafter="prompt-lookup") if ratio is None else dict(drafter="draft-model", draft_ratio=ratio)
         what = f"{path.name}, prompt lookup ({where})" if ratio is None else f"{path.name} at {ratio} ({where})"
         for mode in ("remembered", "in turn") if args.in_turn else ("remembered",):
-            rows = simulate_matrix(load_traces(path), curves, ns, variants, remember=True,
+            rows = jittered_matrix(load_traces(path), curves, ns, variants, factors, remember=True,
                                    sequence=mode == "in turn", **settings)  # type: ignore[arg-type]
             report(f"{what}, {mode}", rows)
     return results

@@ -1019,3 +1019,31 @@ def test_round_log_remembered_starts_from_what_the_other_traces_cold_runs_left(m
                                          "-n", "64", *flag])
         round_log.main()
         assert start in capsys.readouterr().out.splitlines()[0]
+
+
+def test_policy_suite_jitter_reports_each_run_over_neighbouring_costs():
+    """benchmarks/policy_suite.py --jitter: each run's ratio is the geomean over the curve as measured and the curve
+    with its extra cost per token (and a draft model's price) times each factor; the best fixed k stays the measured
+    curve's; without factors the rows are policy_sim's own. Fails if a factor were not applied to the curve or to the
+    draft's price, or the ratios were not averaged."""
+    import math
+
+    from specdec_gguf.simulation import CURVES, synthetic_traces
+
+    suite = _benchmark("policy_suite")
+    policy_sim = _benchmark("policy_sim")
+    traces = synthetic_traces()[:2]
+    settings = dict(drafter="draft-model", draft_ratio=0.1)
+    name = suite.perturbed("big-q8", 1.2)
+    base, ratios, switch = CURVES["big-q8"]
+    assert CURVES[name] == (base, {n: 1.0 + (r - 1.0) * 1.2 for n, r in ratios.items()}, switch)
+    plain = policy_sim.simulate_matrix(traces, ["big-q8"], [64], {"shipped": None}, **settings)
+    assert suite.jittered_matrix(traces, ["big-q8"], [64], {"shipped": None}, (), **settings) == plain
+    runs = [plain] + [policy_sim.simulate_matrix(traces, [suite.perturbed("big-q8", f)], [64], {"shipped": None},
+                                                 drafter="draft-model", draft_ratio=0.1 * f) for f in (0.8, 1.2)]
+    rows = suite.jittered_matrix(traces, ["big-q8"], [64], {"shipped": None}, (0.8, 1.2), **settings)
+    for i, row in enumerate(rows):
+        values = [run[i]["variants"]["shipped"] for run in runs]
+        assert len(set(values)) > 1  # (the factors moved the runs: the geomean below is of different values)
+        assert math.isclose(row["variants"]["shipped"], math.exp(sum(map(math.log, values)) / 3))
+        assert row["best_fixed"] == plain[i]["best_fixed"] and row["adaptive"] == row["variants"]["shipped"]
