@@ -32,10 +32,9 @@ from typing import Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec_gguf.schedule import ScheduleConstants  # noqa: E402
-from specdec_gguf.simulation import CURVES, synthetic_traces  # noqa: E402
+from specdec_gguf.simulation import CURVES, Trace, synthetic_traces  # noqa: E402
 from ab_constants import parse_variant  # noqa: E402
-from policy_sim import load_traces, parse_curve, summaries  # noqa: E402
-from policy_sim import simulate_matrix as _simulate_matrix  # noqa: E402
+from policy_sim import load_traces, parse_curve, simulate_matrix, summaries  # noqa: E402
 
 
 STANDARD_CURVES = list(CURVES)  # (before --recorded adds measured ones)
@@ -49,14 +48,14 @@ def perturbed(curve: str, factor: float) -> str:
     return name
 
 
-def jittered_matrix(traces: list, curves: list[str], ns: list[int], variants: dict[str, ScheduleConstants | None],
-                    factors: Sequence[float], **settings) -> list[dict]:
+def jittered_matrix(traces: list[Trace], curves: list[str], ns: list[int],
+                    variants: dict[str, ScheduleConstants | None], factors: Sequence[float], **settings) -> list[dict]:
     """policy_sim.simulate_matrix's rows, each variant's ratio the geomean over the curves as measured and the
     curves (and a draft model's price) with their extra cost per token times each of ``factors``. A worst trace
     can sit on a knife's edge (three unlucky first rounds start the guard's doubling pauses, or not): a change
-    that moves it there and back moves its single value by 5%-10% (docs/performance.md, "forty-first"), while
+    that moves it there and back moves its single value by up to 10% (docs/performance.md, "forty-first"), while
     over a few neighbouring costs it moves by what the change does. Fixed k's rows stay as measured."""
-    rows = _simulate_matrix(traces, curves, ns, variants, **settings)
+    rows = simulate_matrix(traces, curves, ns, variants, **settings)
     if not factors:
         return rows
     others = []
@@ -64,7 +63,7 @@ def jittered_matrix(traces: list, curves: list[str], ns: list[int], variants: di
         moved = dict(settings)
         if moved.get("drafter") == "draft-model":
             moved["draft_ratio"] = moved.get("draft_ratio", 0.1) * factor
-        others.append(_simulate_matrix(traces, [perturbed(c, factor) for c in curves], ns, variants, **moved))
+        others.append(simulate_matrix(traces, [perturbed(c, factor) for c in curves], ns, variants, **moved))
     for i, row in enumerate(rows):
         for name in row["variants"]:
             values = [row["variants"][name]] + [other[i]["variants"][name] for other in others]
@@ -118,10 +117,12 @@ def main(argv: list[str] | None = None) -> list[tuple[str, list[dict]]]:
         (f"draft {style}", dict(drafter="draft-model", draft_style=style)) for style in ("informative", "underconfident")]
     for label, settings in suite:
         for remember in (False, True):
-            rows = jittered_matrix(synthetic, STANDARD_CURVES, ns, variants, factors, remember=remember, **settings)  # type: ignore[arg-type]
+            rows = jittered_matrix(synthetic, STANDARD_CURVES, ns, variants, factors, remember=remember,
+                                   **settings)  # type: ignore[arg-type]
             report(f"{label}{', remembered' if remember else ''}", rows)
         if args.in_turn:
-            rows = jittered_matrix(synthetic, STANDARD_CURVES, ns, variants, factors, sequence=True, **settings)  # type: ignore[arg-type]
+            rows = jittered_matrix(synthetic, STANDARD_CURVES, ns, variants, factors, sequence=True,
+                                   **settings)  # type: ignore[arg-type]
             report(f"{label}, in turn", rows)
     for path, ratio, curves in recorded:
         where = curves[0] if len(curves) == 1 else "every curve"
