@@ -24,13 +24,13 @@ Example (the tiny-wide pair's recording on its own 2-thread curve, and on all cu
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from specdec_gguf.benchmark import geomean  # noqa: E402
 from specdec_gguf.schedule import ScheduleConstants  # noqa: E402
 from specdec_gguf.simulation import CURVES, Trace, synthetic_traces  # noqa: E402
 from ab_constants import parse_variant  # noqa: E402
@@ -67,7 +67,7 @@ def jittered_matrix(traces: list[Trace], curves: list[str], ns: list[int],
     for i, row in enumerate(rows):
         for name in row["variants"]:
             values = [row["variants"][name]] + [other[i]["variants"][name] for other in others]
-            row["variants"][name] = math.exp(sum(math.log(v) for v in values) / len(values))
+            row["variants"][name] = geomean(values)
         row["adaptive"] = row["variants"]["shipped"]
         row["vs_best"] = row["adaptive"] / row["best_fixed"]
     return rows
