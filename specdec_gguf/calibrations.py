@@ -50,6 +50,8 @@ BLEND = 0.5
 _BOUNDS = ((-8.0, 8.0), (0.1, 8.0), (-6.0, 6.0), (-6.0, 6.0))
 # What a stored draft price scale may say (costfit.DraftPrice.take_scale); outside: a damaged file, ignored.
 _SCALE_BOUNDS = (0.25, 8.0)
+# ... and a stored overhead of a proposal, in the draft profile's one-token passes (DraftPrice.take_overhead).
+_OVERHEAD_BOUNDS = (0.0, 64.0)
 # A run's outcomes (at least this many) say whether the stored calibration it started from predicted them
 # better than the priors as given; the track record keeps those verdicts, each older one counting this much less.
 MIN_RECORD_OUTCOMES = 8
@@ -68,12 +70,14 @@ class Stored:
     runs too short to teach one alone, pending until enough are in; and for a draft model, what its
     proposals cost in runs over what its profile says (``costfit.DraftPrice.take_scale``; None: not known); and
     per policy the calibration's track record: decayed counts of the runs it predicted better than the priors
-    as given, and of the runs that tested it (``odds``)."""
+    as given, and of the runs that tested it (``odds``); and what each proposal costs beyond its profile's
+    passes (``costfit.DraftPrice.take_overhead``, in the profile's one-token passes; None: not known)."""
 
     calibrations: dict[bool, Calibration] = field(default_factory=dict)
     pending: dict[bool, Counts] = field(default_factory=dict)
     draft_scale: float | None = None
     record: dict[bool, tuple[float, float]] = field(default_factory=dict)
+    draft_overhead: float | None = None
 
     def odds(self, greedy: bool) -> float:
         """The odds the track record gives that the stored calibration describes the next run rather than
@@ -134,10 +138,10 @@ def _valid_counts(values: object) -> Counts | None:
     return hits, outcomes
 
 
-def _valid_scale(value: object) -> float | None:
+def _valid_scale(value: object, bounds: tuple[float, float] = _SCALE_BOUNDS) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    lo, hi = _SCALE_BOUNDS
+    lo, hi = bounds
     return float(value) if math.isfinite(value) and lo <= value <= hi else None
 
 
@@ -158,8 +162,8 @@ def recall(key: str | None) -> dict[bool, Calibration]:
 
 
 def recall_all(key: str | None) -> Stored:
-    """All that is stored under ``key``: the calibrations, pending outcomes and draft price scale (what is
-    missing, unreadable or out of bounds left out)."""
+    """All that is stored under ``key``: the calibrations, pending outcomes, track record and draft price
+    (scale and overhead; what is missing, unreadable or out of bounds left out)."""
     if key is None:
         return Stored()
     try:
@@ -175,7 +179,8 @@ def recall_all(key: str | None) -> Stored:
     return Stored({greedy: cal for greedy, (cal, _, _) in found.items() if cal is not None},
                   {greedy: counts for greedy, (_, counts, _) in found.items() if counts is not None},
                   _valid_scale(data.get("draft_scale")),
-                  {greedy: kept for greedy, (_, _, kept) in found.items() if kept is not None})
+                  {greedy: kept for greedy, (_, _, kept) in found.items() if kept is not None},
+                  _valid_scale(data.get("draft_overhead"), _OVERHEAD_BOUNDS))
 
 
 def blend(old: Sequence[float] | None, new: Sequence[float]) -> Calibration | None:
@@ -211,12 +216,14 @@ def blended(stored: Mapping[bool, Calibration], learned: Mapping[bool, Sequence[
 
 def passed_on(stored: Stored, learned: Mapping[bool, Sequence[float]],
               short: Mapping[bool, tuple[Counts, Sequence[float]]] | None = None,
-              draft_scale: float | None = None, tested: Mapping[bool, float] | None = None) -> Stored:
+              draft_scale: float | None = None, tested: Mapping[bool, float] | None = None,
+              draft_overhead: float | None = None) -> Stored:
     """``stored`` after a run passed on ``learned`` (per policy, a calibration resting on enough outcomes:
     blended in) and ``short`` (per policy, the (counts, bucket priors) of a run with too few, as
     ``pending_of`` picks them: added to what is pending; once that holds ``MIN_OBSERVATIONS`` outcomes, the calibration they say together,
     fitted around the priors as given, is blended in and they are cleared), ``draft_scale`` (the run's
-    draft price scale: blended in as a calibration is, within bounds) and ``tested`` (per policy, how much
+    draft price scale and ``draft_overhead`` its overhead: each blended in as a calibration is, within bounds)
+    and ``tested`` (per policy, how much
     better the stored calibration the run started from predicted its outcomes than the priors as given, as
     ``tested_of`` gives it: a verdict added to the track record; ignored where nothing is stored)."""
     record = dict(stored.record)
@@ -235,11 +242,16 @@ def passed_on(stored: Stored, learned: Mapping[bool, Sequence[float]],
             continue
         pending.pop(greedy, None)
         calibrations = blended(calibrations, {greedy: AcceptanceModel(priors).fit_counts(hits, outcomes)})
-    scale = stored.draft_scale
-    if draft_scale is not None and math.isfinite(draft_scale):
-        lo, hi = _SCALE_BOUNDS
-        scale = min(max(_toward(scale, draft_scale), lo), hi)
-    return Stored(calibrations, pending, scale, record)
+    return Stored(calibrations, pending, _blended_value(stored.draft_scale, draft_scale, _SCALE_BOUNDS), record,
+                  _blended_value(stored.draft_overhead, draft_overhead, _OVERHEAD_BOUNDS))
+
+
+def _blended_value(old: float | None, new: float | None, bounds: tuple[float, float]) -> float | None:
+    """A stored value with a run's ``new`` one blended in (``_toward``), within ``bounds``; ``old`` without."""
+    if new is None or not math.isfinite(new):
+        return old
+    lo, hi = bounds
+    return min(max(_toward(old, new), lo), hi)
 
 
 def pending_of(learned: Mapping[bool, object],
@@ -265,10 +277,12 @@ def tested_of(models: Mapping[bool, AcceptanceModel],
 
 def remember(key: str | None, learned: Mapping[bool, Sequence[float]],
              short: Mapping[bool, tuple[Counts, Sequence[float]]] | None = None,
-             draft_scale: float | None = None, tested: Mapping[bool, float] | None = None) -> None:
-    """Pass a run's ``learned`` calibrations, ``short`` outcomes, ``draft_scale`` and ``tested`` verdicts on to
-    the store (see passed_on) and write it (profile.write_cache_file), one run at a time (a lock file beside it)."""
-    if key is None or not (learned or short or draft_scale is not None or tested):
+             draft_scale: float | None = None, tested: Mapping[bool, float] | None = None,
+             draft_overhead: float | None = None) -> None:
+    """Pass a run's ``learned`` calibrations, ``short`` outcomes, ``draft_scale``, ``tested`` verdicts and
+    ``draft_overhead`` on to the store (see passed_on) and write it (profile.write_cache_file), one run at a time
+    (a lock file beside it)."""
+    if key is None or not (learned or short or draft_scale is not None or tested or draft_overhead is not None):
         return
     path = _path_for(key)
     try:
@@ -276,7 +290,7 @@ def remember(key: str | None, learned: Mapping[bool, Sequence[float]],
         # Runs sharing the cache (a server's requests, batch jobs side by side) each read, blend and
         # write: unlocked, two that overlap both blend into the same old file and one blend is lost.
         with FileLock(path.with_suffix(".lock"), timeout=LOCK_SECONDS):
-            stored = passed_on(recall_all(key), learned, short, draft_scale, tested)
+            stored = passed_on(recall_all(key), learned, short, draft_scale, tested, draft_overhead)
             data: dict[str, object] = {"format": FORMAT, "key": key}
             data.update({name: list(stored.calibrations[greedy]) for greedy, name in _POLICIES
                          if greedy in stored.calibrations})
@@ -288,6 +302,8 @@ def remember(key: str | None, learned: Mapping[bool, Sequence[float]],
             if stored.record:
                 data["record"] = {name: list(stored.record[greedy]) for greedy, name in _POLICIES
                                   if greedy in stored.record}
+            if stored.draft_overhead is not None:
+                data["draft_overhead"] = stored.draft_overhead
             write_cache_file(path, data)
     except (OSError, Timeout):
         return  # a cache that can't be written (or is held that long) is skipped: it is an optimisation

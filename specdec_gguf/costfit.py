@@ -22,6 +22,10 @@ STEADY_STEPS = 8  # plain steps after plain steps that say what a one-token pass
 MIN_SCALE_READINGS = 2
 REMEMBERED_WEIGHT = 2
 MAX_READINGS = 4096  # ... and the most a decoder keeps between two pass-ons (the latest)
+# A proposal's overhead (DraftPrice._fit_overhead) is fitted once the window's warm readings hold this many
+# short ones and as many long ones, the long ones' shaped seconds at least OVERHEAD_SPREAD times the short ones'.
+OVERHEAD_READINGS = 3
+OVERHEAD_SPREAD = 1.5
 
 
 class VerifyCosts:
@@ -167,24 +171,40 @@ class DraftPrice:
     every further token look 1.7-2.5x dearer than it is; shaped without the context and the catch-up,
     the scale took in a long prompt's dearer passes and a look's catch-up (tiny-wide after a 380-token
     prompt: 1.4x-1.8x), and the price of the next look counted the context a second time.
+
+    With ``overhead``, ``start`` also holds what each proposal costs beyond its shaped passes, fitted apart from
+    the scale (``_fit_overhead``): the drafter's own work per proposal, and a first pass after a target pass
+    that evicted the draft's weights. One scale for both, set by a window of long proposals, priced each
+    further token at their average (tiny-wide at 1 thread: 1.02 ms against 0.81 measured, a proposal's start
+    0.26 ms against 1.35).
     """
 
     def __init__(self, profile: CostProfile | None, *, window: int, max_catch_up: int | None,
-                 remembered: float | None = None, last_logits: bool = True) -> None:
+                 remembered: float | None = None, last_logits: bool = True, overhead: bool = False,
+                 remembered_overhead: float | None = None) -> None:
         self.profile = profile
         self.max_catch_up = max_catch_up  # the drafter's (DrafterEngine.max_catch_up)
         # A proposal's first pass asks for the last position's logits: priced so (CostProfile.catch_up_cost),
         # not as a verify pass over as many tokens (False: as one).
         self.last_logits = last_logits
-        self._window: deque[float] = deque(maxlen=window)
+        # Readings (shaped seconds, measured seconds, the most a cold one may say), or (None, value, inf): a value
+        # taken as it is (a remembered scale; without a profile, a price per token). The scale is the median
+        # ratio of measured to shaped, the overhead taken off.
+        self._window: deque[tuple[float | None, float, float]] = deque(maxlen=window)
         self._scale = 1.0
-        # This run's measured / shaped ratios, unclipped, not yet passed on (take_scale); bounded for a decoder
+        # Seconds each proposal costs beyond its shaped passes (fit_overhead; 0 with ``overhead`` off).
+        self.fits_overhead = overhead and profile is not None
+        self.overhead = 0.0
+        if self.fits_overhead and remembered_overhead is not None:
+            self.overhead = remembered_overhead * profile.cost(1)  # type: ignore[union-attr]  (checked above)
+        self._fitted: float | None = None  # this run's own fit of it, in the profile's one-token passes
+        # This run's readings (shaped, measured, cold), not yet passed on (take_scale); bounded for a decoder
         # that never passes them on (no calibration store), whose every proposal would otherwise stay here.
-        self._readings: deque[tuple[float, bool]] = deque(maxlen=MAX_READINGS)  # (ratio, cold)
+        self._readings: deque[tuple[float, float, bool]] = deque(maxlen=MAX_READINGS)
         if profile is not None and remembered is not None:
             # What earlier runs of this pair measured (calibrations.py) stands for REMEMBERED_WEIGHT readings:
             # a run that drafts rarely is priced as it runs, not as the profile was timed (see take_scale).
-            self._window.extend([remembered] * REMEMBERED_WEIGHT)
+            self._window.extend([(None, remembered, math.inf)] * REMEMBERED_WEIGHT)
             self._scale = remembered
         self.start = 0.0
         self.per_token: float | None = None
@@ -200,7 +220,7 @@ class DraftPrice:
     def _price(self, context: int, one: float) -> None:
         """``at_context`` with the profile's one-token pass at ``context`` (``one``) already known."""
         profile: CostProfile = self.profile  # type: ignore[assignment]  (only called with one)
-        self.start = self._scale * max(self._pass(2, context) + profile.switch_seconds - one, 0.0)
+        self.start = self._scale * max(self._pass(2, context) + profile.switch_seconds - one, 0.0) + self.overhead
         self.per_token = self._scale * one
 
     def record(self, drafted: int, seconds: float, *, cold: bool = False, context: int = 0, untaken: int = 0) -> None:
@@ -212,18 +232,57 @@ class DraftPrice:
         the run, looks too: ScheduleConstants.cold_proposals). Without a profile it counts as any other
         (nothing else gives a price). The prices follow to ``context``."""
         if self.profile is None:
-            self._window.append(seconds / drafted)
-            self.per_token = statistics.median(self._window)
+            self._window.append((None, seconds / drafted, math.inf))
+            self.per_token = statistics.median(self._ratio(reading) for reading in self._window)
             return
         tokens, before = self._fed(untaken, context)
         one = self._pass(1, context)
         # (After a drafted round the first pass takes the anchor and the target's token after the kept ones.)
         shaped = self._pass(max(tokens + 1, 2), before, first=True) + self.profile.switch_seconds + (drafted - 1) * one
-        ratio = seconds / shaped
-        self._readings.append((ratio, cold))
-        self._window.append(min(ratio, self._scale) if cold else ratio)
-        self._scale = statistics.median(self._window)
+        self._readings.append((shaped, seconds, cold))
+        self._window.append((shaped, seconds, self._scale if cold else math.inf))
+        if self.fits_overhead and not cold:
+            self._fit_overhead()
+        self._scale = statistics.median(self._ratio(reading) for reading in self._window)
         self._price(context, one)
+
+    def _ratio(self, reading: tuple[float | None, float, float]) -> float:
+        """A window reading's measured / shaped seconds, the overhead taken off (a remembered one: its scale)."""
+        shaped, measured, most = reading
+        if shaped is None:
+            return measured
+        return min(max(measured - self.overhead, 0.0) / shaped, most)
+
+    def _fit_overhead(self) -> None:
+        """The overhead, where the window's warm readings say it: a resistant line through them, seconds =
+        scale·shaped + overhead, from the medians of the short and the long ones (shaped below and above
+        the middle of their range; OVERHEAD_READINGS of each, the long ones' median shaped at least
+        OVERHEAD_SPREAD times the short ones': proposals alike in length can't tell an overhead from a scale).
+        Else the overhead stays as remembered or last fitted."""
+        warm = [(shaped, measured) for shaped, measured, most in self._window
+                if shaped is not None and most == math.inf]
+        if len(warm) < 2 * OVERHEAD_READINGS:
+            return
+        middle = 0.5 * (min(x for x, _ in warm) + max(x for x, _ in warm))
+        low = [(x, y) for x, y in warm if x < middle]
+        high = [(x, y) for x, y in warm if x >= middle]
+        if len(low) < OVERHEAD_READINGS or len(high) < OVERHEAD_READINGS:
+            return
+        x_low, x_high = statistics.median(x for x, _ in low), statistics.median(x for x, _ in high)
+        if x_high < OVERHEAD_SPREAD * x_low:
+            return
+        slope = (statistics.median(y for _, y in high) - statistics.median(y for _, y in low)) / (x_high - x_low)
+        if slope <= 0.0:
+            return  # (noise: nothing to say)
+        overhead = statistics.median(y - slope * x for x, y in warm)
+        self.overhead = min(max(overhead, 0.0), min(y for _, y in warm))  # never above the cheapest proposal
+        self._fitted = self.overhead / self.profile.cost(1)  # type: ignore[union-attr]  (only fitted with one)
+
+    def take_overhead(self) -> float | None:
+        """The overhead this run fitted (in the profile's one-token passes), for the next runs of the pair to
+        start from; None where its readings never said (then and after a call: None until they say again)."""
+        fitted, self._fitted = self._fitted, None
+        return fitted
 
     def take_scale(self) -> float | None:
         """The median measured / shaped ratio of the proposals recorded since the last call, for the next
@@ -240,8 +299,9 @@ class DraftPrice:
         lower it (``record``'s ``cold``): one that drafted a few times in an answer never learned it, and its
         drafting at 0.4x the real price cost 3-6% of a 256-token answer."""
         readings, self._readings = self._readings, deque(maxlen=MAX_READINGS)
-        warm = [ratio for ratio, cold in readings if not cold]
-        chosen = warm if len(warm) >= MIN_SCALE_READINGS else [ratio for ratio, _ in readings]
+        ratios = [(max(measured - self.overhead, 0.0) / shaped, cold) for shaped, measured, cold in readings]
+        warm = [ratio for ratio, cold in ratios if not cold]
+        chosen = warm if len(warm) >= MIN_SCALE_READINGS else [ratio for ratio, _ in ratios]
         if len(chosen) < MIN_SCALE_READINGS:
             return None
         # Never below 1: between target passes a draft runs no faster than timed back to back, so a lower
@@ -275,4 +335,4 @@ class DraftPrice:
         if self.profile is None or self.per_token is None:
             return None
         tokens, before = self._fed(tokens, context)
-        return self._scale * self._pass(tokens + 1, before, first=True)
+        return self._scale * self._pass(tokens + 1, before, first=True) + self.overhead

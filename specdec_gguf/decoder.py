@@ -105,7 +105,7 @@ class SpeculativeDecoder:
                     free_drafter=drafter.cost_engine is None, draft_catch_up=drafter.max_catch_up,
                     priors={greedy: drafter.acceptance_priors(greedy) for greedy in (True, False)},
                     calibrations=stored.calibrations, draft_scale=stored.draft_scale,
-                    calibration_odds=stored.calibration_odds(),
+                    draft_overhead=stored.draft_overhead, calibration_odds=stored.calibration_odds(),
                     constants=constants)
                 self._profiled = schedule if profile_cache and schedule.profile is not None else None
         self.schedule = schedule
@@ -339,9 +339,10 @@ class SpeculativeDecoder:
             self._remembered[greedy] = self.schedule.models[greedy].outcomes
             short[greedy] = ([max(0.0, a - b) for a, b in zip(hits, then[0])],
                              [max(0.0, a - b) for a, b in zip(outcomes, then[1])]), priors
+        price = self.schedule.draft_price
         _calibrations.remember(self._calibration_key, {greedy: cal for greedy, (cal, _) in keep.items()},
-                               _calibrations.pending_of(keep, short), self.schedule.draft_price.take_scale(),
-                               _calibrations.tested_of(self.schedule.models, short))
+                               _calibrations.pending_of(keep, short), price.take_scale(),
+                               _calibrations.tested_of(self.schedule.models, short), price.take_overhead())
 
     def _prefill(self, prefix: list[int]) -> None:
         """Fill the target's cache with ``prefix``, reusing whatever leading part it already holds."""

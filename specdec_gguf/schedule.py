@@ -90,6 +90,13 @@ class ScheduleConstants:
     # decoder priced it at the profile's, drafted when the target's steps grew dearer with the context, and
     # lost 3-6% of 256-token answers (0.962x-0.966x plain paired; remembered: 0.995x).
     remember_draft_price: bool = True
+    # A proposal costs more than its shaped passes by about the same each, whatever its length: the drafter's
+    # own work per proposal, and a first pass after a target pass that evicted the draft's weights (model 167:
+    # 1.2-1.4 ms a proposal and 0.72-1.27 ms a drafted token on tiny-wide, tiny-big-q8, tiny-gqa12-q4k and the
+    # 24-layer pair, against 0.26-1.0 ms and 1.02-1.27 ms priced by one scale, which a window of 8-token
+    # proposals sets to their average: each further token priced 15%-48% dearer than it is, each proposal's start
+    # cheaper). The price fits the two apart (DraftPrice._fit_overhead) and remembers both. False: one scale.
+    draft_overhead: bool = True
     # A draft's catch-up (its first pass of a proposal: the tokens committed since the last, then the anchor)
     # asks for the last position's logits: priced from the profile's context prefill per token
     # (CostProfile.catch_up_cost), not as a verify pass over as many tokens, which computes every position's
@@ -385,7 +392,8 @@ class AdaptiveSchedule:
     priors to pull the fit towards once this run's outcomes come in (what earlier runs learned:
     calibrations.py; None: the priors as given; see AcceptanceModel). ``draft_scale``: what earlier
     runs' draft proposals cost over the draft profile's price (``DraftPrice.take_scale``; None: start
-    at the profile's). ``calibration_odds``: per policy, the odds the stored calibration's track record
+    at the profile's), ``draft_overhead`` what each cost beyond it (``DraftPrice.take_overhead``; None: nothing
+    known). ``calibration_odds``: per policy, the odds the stored calibration's track record
     gives (``calibrations.Stored.odds``; ScheduleConstants.record_odds_bound). ``constants``: the
     schedule's (:class:`ScheduleConstants`; None: the shipped ones). State carries across
     generations on one decoder.
@@ -395,7 +403,7 @@ class AdaptiveSchedule:
                  draft_costs: CostProfile | None = None, free_drafter: bool = False,
                  priors: dict[bool, Sequence[float]] | None = None, draft_catch_up: int | None = MAX_CATCH_UP,
                  calibrations: Mapping[bool, Sequence[float]] | None = None, draft_scale: float | None = None,
-                 calibration_odds: Mapping[bool, float] | None = None,
+                 draft_overhead: float | None = None, calibration_odds: Mapping[bool, float] | None = None,
                  constants: ScheduleConstants | None = None) -> None:
         if not isinstance(k_max, int) or k_max < 1:
             raise ConfigError(f"num_draft_tokens={k_max!r} must be an integer >= 1")
@@ -407,7 +415,8 @@ class AdaptiveSchedule:
                                    refresh_seconds=c.refresh_costs_seconds)
         self.draft_price = DraftPrice(draft_costs, window=c.cost_window, max_catch_up=draft_catch_up,
                                       remembered=draft_scale if c.remember_draft_price else None,
-                                      last_logits=c.catch_up_from_prefill)
+                                      last_logits=c.catch_up_from_prefill, overhead=c.draft_overhead,
+                                      remembered_overhead=draft_overhead if c.remember_draft_price else None)
         priors = priors or {}
         self._slot_buckets = {g: not priors.get(g) for g in (True, False)}
         calibrations = calibrations or {}

@@ -254,10 +254,10 @@ def test_the_calibration_is_passed_on_once_the_last_tokens_are_out(trace_target,
     writes = []
     remember = calibrations.remember
 
-    def slow_remember(key, learned, short=None, draft_scale=None, tested=None):
+    def slow_remember(key, learned, short=None, draft_scale=None, tested=None, draft_overhead=None):
         clock.advance(1.0)
         writes.append(key)
-        remember(key, learned, short, draft_scale, tested)
+        remember(key, learned, short, draft_scale, tested, draft_overhead)
 
     monkeypatch.setattr(calibrations, "remember", slow_remember)
     start = clock()
@@ -291,8 +291,8 @@ def test_a_decoder_passes_on_each_outcome_once(trace_target, monkeypatch):
     again (fails if the outcomes already passed on were counted anew)."""
     passed = []
     remember = calibrations.remember
-    monkeypatch.setattr(calibrations, "remember", lambda key, learned, short=None, draft_scale=None, tested=None: (
-        passed.append(dict(learned)), remember(key, learned, short, draft_scale, tested)))
+    monkeypatch.setattr(calibrations, "remember", lambda key, learned, short=None, draft_scale=None, tested=None, draft_overhead=None: (
+        passed.append(dict(learned)), remember(key, learned, short, draft_scale, tested, draft_overhead)))
     decoder = _lookup_decoder(trace_target)
     decoder.generate(TRACE.prompt, N, ignore_eog=True)
     decoder.generate(TRACE.prompt, 2, ignore_eog=True)
@@ -424,10 +424,28 @@ def test_a_draft_price_scale_is_stored_blended_and_bounded():
         assert calibrations.recall("pair-a") == {True: (1.0, 1.2, 0.3, -0.1)}  # the rest still stands
 
 
-def _draft_decoder(monkeypatch, slower: float = 1.0, **options) -> SpeculativeDecoder:
+def test_a_draft_proposals_overhead_is_stored_blended_and_bounded():
+    """The overhead a run passes on (DraftPrice.take_overhead) is kept beside the scale and blended in as it
+    is; one out of bounds in the file is ignored, and a run that passes on none keeps the stored one. Fails
+    if it were dropped, replaced rather than blended, or read unchecked."""
+    calibrations.remember("pair-a", {}, None, 1.2, None, 8.0)
+    assert (calibrations.recall_all("pair-a").draft_scale, calibrations.recall_all("pair-a").draft_overhead) == (1.2, 8.0)
+    calibrations.remember("pair-a", {}, None, 1.2)
+    assert calibrations.recall_all("pair-a").draft_overhead == 8.0
+    calibrations.remember("pair-a", {}, None, None, None, 4.0)
+    assert calibrations.recall_all("pair-a").draft_overhead == 6.0
+    (path,) = calibrations.store_dir().glob("*.json")
+    data = json.loads(path.read_text())
+    for bad in (99.0, -1.0, "2", True, None, float("nan")):
+        path.write_text(json.dumps({**data, "draft_overhead": bad}))
+        assert calibrations.recall_all("pair-a").draft_overhead is None
+        assert calibrations.recall_all("pair-a").draft_scale == 1.2  # the rest still stands
+
+
+def _draft_decoder(monkeypatch, slower: float = 1.0, overhead: float = 0.0, **options) -> SpeculativeDecoder:
     """A decoder with a draft that is always right at probabilities that undersell it (0.2), on the
     copy-edit trace with big-q8's costs, both profiles known (as a calibrated run's are). The draft's
-    passes take ``slower`` times what its profile says."""
+    passes take ``slower`` times what its profile says, and each proposal ``overhead`` of a target step more."""
     from specdec_gguf import decoder as decoder_module
     from specdec_gguf.engines.simulated import SimulatedDraftEngine
 
@@ -438,7 +456,8 @@ def _draft_decoder(monkeypatch, slower: float = 1.0, **options) -> SpeculativeDe
     clock = VirtualClock()
     full = TRACE.prompt + TRACE.output
     runs_at = CostProfile({n: slower * seconds for n, seconds in draft_costs.seconds.items()})
-    draft = SimulatedDraftEngine(full, [True] * len(full), [0.2] * len(full), TRACE.n_vocab, runs_at, clock)
+    draft = SimulatedDraftEngine(full, [True] * len(full), [0.2] * len(full), TRACE.n_vocab, runs_at, clock,
+                                 overhead=overhead * costs.cost(1))
     return SpeculativeDecoder(TRACE.target(costs, clock), AutoregressiveDrafter(draft), clock=clock, **options)
 
 
@@ -457,6 +476,23 @@ def test_what_a_draft_costs_in_a_run_is_passed_on_to_the_next_run(trace_target, 
     off = ScheduleConstants(remember_draft_price=False)
     assert _draft_decoder(monkeypatch, constants=off).schedule.draft_price.per_token == pytest.approx(profiled)
     assert _draft_decoder(monkeypatch, remember=False).schedule.draft_price.per_token == pytest.approx(profiled)
+
+
+def test_what_each_proposal_costs_beyond_its_passes_is_passed_on_to_the_next_run(trace_target, monkeypatch):
+    """Each proposal costs 0.1 of a target step (the draft's one-token pass) more than its passes: a
+    generation's proposals say so, the store keeps it, and the next decoder prices a proposal's start with
+    it from its first round, a further token at the profile's price. Fails if the overhead were not fitted,
+    not passed on or not read."""
+    first = _draft_decoder(monkeypatch, overhead=0.1)
+    profiled = first.schedule.draft_price.start, first.schedule.draft_price.per_token
+    first.generate(TRACE.prompt, 64, ignore_eog=True)
+    stored = calibrations.recall_all(KEY)
+    assert stored.draft_overhead is not None and stored.draft_overhead == pytest.approx(1.0, rel=0.05)
+    price = _draft_decoder(monkeypatch).schedule.draft_price
+    one = curve_profile("big-q8").cost(1) * 0.1
+    assert price.start == pytest.approx(profiled[0] * stored.draft_scale + stored.draft_overhead * one)
+    assert price.per_token == pytest.approx(profiled[1] * stored.draft_scale)
+    assert stored.draft_scale == pytest.approx(1.0, abs=0.05)
 
 
 def test_a_draft_models_short_generations_pass_on_only_their_new_outcomes(trace_target, monkeypatch):

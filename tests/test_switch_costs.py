@@ -183,6 +183,50 @@ def test_a_draft_proposal_costs_a_start_and_a_price_per_token():
     assert (schedule.draft_price.start, schedule.draft_price.per_token) == pytest.approx((0.5 * MS, 0.2 * MS))
 
 
+def test_a_proposals_overhead_is_fitted_apart_from_its_price_per_token():
+    """Proposals of 1..8 tokens each cost the draft profile's F + k·d plus 1 ms (a drafter's own work per
+    proposal and its first pass on caches the target's pass evicted: alike for every length): the price fits
+    the two apart, so a further token costs d and a proposal's start F + 1 ms; the overhead is passed on in
+    the profile's one-token passes (once) and the scale at 1. Proposals alike in length can't tell the two
+    apart: their overhead is the one remembered (none: their average ratio prices each token), nor can proposals
+    whose lengths differ too little (noise would tilt the line). Fails with one
+    scale for both (a further token priced at 2.3x d), with an overhead fitted from alike proposals, from a
+    generation's cold first ones, or left out of a catch-up's price."""
+    target = CostProfile({1: 4 * MS, 2: 6 * MS, 3: 7 * MS, 5: 8 * MS, 9: 10 * MS})
+    draft = CostProfile({1: 0.1 * MS, 2: 0.3 * MS}, switch_seconds=0.05 * MS)  # F = 0.25, d = 0.1
+
+    def priced(lengths, constants=None, cold=5 * MS, noise=lambda k: 0.0):
+        schedule = AdaptiveSchedule(8, target_costs=target, draft_costs=draft, priors={True: [0.9], False: [0.9]},
+                                    constants=constants)
+        schedule.start(10)
+        for k in [1] * schedule.c.cold_proposals + lengths:  # (the first ones cold: their caches from the prefills)
+            seconds = cold if schedule._proposals < schedule.c.cold_proposals else (0.25 + 0.1 * k + 1.0 + noise(k)) * MS
+            schedule.observe(DraftProposal(tokens=(1,) * k, buckets=(0,) * k), 0, 0, 1, True, seconds, 4 * MS)
+        return schedule.draft_price
+
+    price = priced(list(range(1, 9)) * 2)
+    assert (price.start, price.per_token, price.overhead) == pytest.approx((1.25 * MS, 0.1 * MS, 1.0 * MS))
+    assert price.catch_up(1) == pytest.approx(0.3 * MS + 1.0 * MS)  # (one token to take in, then the anchor)
+    assert price.take_overhead() == pytest.approx(10.0)  # 1 ms in the profile's 0.1 ms passes
+    assert price.take_overhead() is None
+    assert price.take_scale() == pytest.approx(1.0)
+    assert priced(list(range(1, 9)) * 2, cold=0.35 * MS).overhead == pytest.approx(1.0 * MS)  # cold ones left out
+    one_scale = priced(list(range(1, 9)) * 2, ScheduleConstants(draft_overhead=False))
+    assert one_scale.overhead == 0.0 and one_scale.per_token > 2 * 0.1 * MS
+    alike = priced([8] * 16)
+    assert alike.overhead == 0.0 and alike.take_overhead() is None
+    # 7- and 8-token proposals, the 7s 0.05 ms slow: a line through them would say 1.5 ms and half the price.
+    assert priced([7, 8] * 8, noise=lambda k: 0.05 * (k == 7)).take_overhead() is None
+    assert alike.per_token == pytest.approx((0.25 + 0.8 + 1.0) / (0.25 + 0.8) * 0.1 * MS)
+    remembered = DraftPrice(draft, window=8, max_catch_up=None, overhead=True, remembered_overhead=10.0)
+    assert (remembered.start, remembered.per_token) == pytest.approx((1.25 * MS, 0.1 * MS))
+    for _ in range(8):
+        remembered.record(8, (0.25 + 0.8 + 1.0) * MS)  # alike, as remembered: the price stands
+    assert (remembered.start, remembered.per_token) == pytest.approx((1.25 * MS, 0.1 * MS))
+    assert remembered.take_overhead() is None  # (nothing of this run's own to pass on)
+    assert DraftPrice(draft, window=8, max_catch_up=None, remembered_overhead=10.0).overhead == 0.0  # (off)
+
+
 def test_a_generations_first_proposals_may_lower_the_draft_price_but_not_raise_it():
     """The first proposals of each generation run with cold caches (3x their price here): they can't
     raise the price, so they can't price drafting out of the run; later ones as slow do. A first one

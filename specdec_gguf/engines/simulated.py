@@ -114,12 +114,16 @@ class SimulatedDraftEngine(TraceEngine):
     """A draft model for a trace: after position p it proposes ``trace[p + 1]`` where ``agree[p + 1]``,
     else another token, with top probability ``confidence[p + 1]``.
 
-    Draft passes cost what ``costs`` says (the draft's own profile) on the same clock.
+    Draft passes cost what ``costs`` says (the draft's own profile) on the same clock, and a pass after
+    another engine's (the first of a proposal) ``overhead`` seconds more: a real draft's own work per
+    proposal and its weights evicted by the target's pass (DraftPrice fits it apart from the profile).
     """
 
     def __init__(self, trace: Sequence[int], agree: Sequence[bool], confidence: Sequence[float], n_vocab: int,
-                 costs: CostProfile, clock: VirtualClock, **kwargs: object) -> None:
+                 costs: CostProfile, clock: VirtualClock, *, overhead: float = 0.0, **kwargs: object) -> None:
         super().__init__(trace, n_vocab, costs, clock, **kwargs)  # type: ignore[arg-type]
+        self.overhead = overhead
+        self._left_at: float | None = None  # the clock when this engine's last pass ended
         if len(agree) != len(trace) or len(confidence) != len(trace):
             raise ValueError("agree and confidence need one entry per trace position")
         self.agree = np.asarray(agree, dtype=bool)
@@ -132,6 +136,13 @@ class SimulatedDraftEngine(TraceEngine):
         wrong = inside.copy()
         wrong[inside] = ~self.agree[idx[inside]]
         return np.where(wrong, (right + 1) % self._n_vocab, right).astype(np.int32)
+
+    def _pass(self, tokens: Sequence[int]) -> int:
+        if tokens and self.overhead and self.clock() != self._left_at:
+            self.clock.advance(self.overhead)  # (the clock moved: another engine ran since this one's last pass)
+        start = super()._pass(tokens)
+        self._left_at = self.clock()
+        return start
 
     def forward_logits(self, tokens: Sequence[int]) -> np.ndarray:
         start = self._pass(tokens)
