@@ -78,7 +78,7 @@ def parse_curve(text: str) -> str:
 
 def simulate_matrix(traces: list[Trace], curves: list[str], ns: list[int], variants: dict[str, ScheduleConstants | None],
                     *, drafter: str, agreement: float = 0.8, draft_style: DraftStyle = "informative", draft_ratio: float = 0.1,
-                    remember: bool = False, sequence: bool = False) -> list[dict]:
+                    remember: bool = False, sequence: bool = False, draft_overhead: float = 0.0) -> list[dict]:
     """Every trace on every curve at every answer length: plain, fixed k and each variant of the adaptive
     schedule (``variants`` must hold "shipped"); with ``remember``, each variant's adaptive run starts
     from what its cold runs on the other traces left (see the module docs); with ``sequence``, from what
@@ -93,7 +93,7 @@ def simulate_matrix(traces: list[Trace], curves: list[str], ns: list[int], varia
                 for trace in traces:
                     run = functools.partial(simulate_run, trace, curve, n, drafter=drafter, agreement=agreement,
                                             draft_style=draft_style, draft_ratio=draft_ratio,
-                                            constants=constants)
+                                            draft_overhead=draft_overhead, constants=constants)
                     runs[name][trace.id] = run, run(None)
             in_turn = {name: _in_turn(traces, {t: r for t, (r, _) in runs[name].items()}) for name in variants} \
                 if sequence else {}
@@ -154,6 +154,9 @@ def main() -> None:
     parser.add_argument("--agreement", type=float, default=0.8, help="the simulated draft's agreement in easy stretches")
     parser.add_argument("--draft-ratio", type=float, default=0.1,
                         help="a draft model's one-token pass over the target's (tiny-wide's pair: 0.13 at 2 threads)")
+    parser.add_argument("--draft-overhead", type=float, default=0.0,
+                        help="what each draft proposal costs beyond its passes, over the target's one-token pass "
+                             "(the drafter's own work and caches the target evicted: 0.10 on tiny-wide at 1 thread)")
     parser.add_argument("--only-recorded", action="store_true")
     parser.add_argument("--remembered", action="store_true",
                         help="adaptive starts from the calibration the other traces' runs left (a second run)")
@@ -177,7 +180,7 @@ def main() -> None:
         traces += load_traces(args.traces)
     rows = simulate_matrix(traces, curves, [int(x) for x in args.n.split(",")], variants, drafter=args.drafter,
                            agreement=args.agreement, draft_style=args.draft_style, draft_ratio=args.draft_ratio,
-                           remember=args.remembered, sequence=args.in_turn)
+                           remember=args.remembered, sequence=args.in_turn, draft_overhead=args.draft_overhead)
     if args.json:
         print(json.dumps(rows))
         return

@@ -193,10 +193,10 @@ class SimulatedRun:
 
 def simulate(trace: Trace, curve: str, max_tokens: int, k: int | None, *, drafter: str = "prompt-lookup",
              agreement: float = 0.8, draft_ratio: float = 0.1, draft_style: DraftStyle = "informative",
-             seed: int = 0, schedule: DraftSchedule | None = None) -> float:
+             seed: int = 0, schedule: DraftSchedule | None = None, draft_overhead: float = 0.0) -> float:
     """Simulated generation seconds of one cold run on ``trace`` (see :func:`simulate_run`)."""
     return simulate_run(trace, curve, max_tokens, k, drafter=drafter, agreement=agreement, draft_ratio=draft_ratio,
-                        draft_style=draft_style, seed=seed, schedule=schedule).seconds
+                        draft_style=draft_style, seed=seed, schedule=schedule, draft_overhead=draft_overhead).seconds
 
 
 def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, drafter: str = "prompt-lookup",
@@ -204,13 +204,14 @@ def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, dr
                  seed: int = 0, schedule: DraftSchedule | None = None,
                  calibrations: Mapping[bool, Sequence[float]] | None = None, stored: Stored | None = None,
                  constants: ScheduleConstants | None = None,
-                 schedule_type: type[AdaptiveSchedule] = AdaptiveSchedule) -> SimulatedRun:
+                 schedule_type: type[AdaptiveSchedule] = AdaptiveSchedule, draft_overhead: float = 0.0) -> SimulatedRun:
     """One run on ``trace`` with a fresh decoder.
 
     ``k`` None: the adaptive schedule (or ``schedule``, if given); 0: plain decoding; else fixed k.
     ``drafter`` "draft-model" simulates a draft costing ``draft_ratio`` of a target pass per token
     that replays the trace's recorded draft, or (without one) agrees with the target ``agreement``
-    of the time in easy stretches with confidences of ``draft_style`` (see :func:`draft_pattern`).
+    of the time in easy stretches with confidences of ``draft_style`` (see :func:`draft_pattern`), each
+    proposal ``draft_overhead`` of a target pass more (SimulatedDraftEngine's ``overhead``).
     ``calibrations``: the calibrations earlier runs left in the store (calibrations.py), which the
     adaptive schedule pulls its fit towards, as ``specdec run`` does after earlier runs with the same
     models. ``stored``: all the store holds (its calibrations and their track record), in place of
@@ -234,7 +235,8 @@ def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, dr
             agree, conf = draft_pattern(np.random.default_rng(seed), len(full), agreement, draft_style)
         base = costs.cost(1)
         draft_costs = CostProfile({1: base * draft_ratio, 2: base * draft_ratio * 1.2})
-        drafting = AutoregressiveDrafter(SimulatedDraftEngine(full, agree, conf, trace.n_vocab, draft_costs, clock))
+        drafting = AutoregressiveDrafter(SimulatedDraftEngine(full, agree, conf, trace.n_vocab, draft_costs, clock,
+                                                              overhead=base * draft_overhead))
     if k == 0:
         decoder = SpeculativeDecoder(target, clock=clock)
     elif k is None:

@@ -14,13 +14,15 @@ import json
 
 import pytest
 
-from specdec_gguf import DraftProposal
+from specdec_gguf import DraftProposal, SpeculativeDecoder
 from specdec_gguf.costfit import DraftPrice
+from specdec_gguf.drafters import AutoregressiveDrafter
 from specdec_gguf.engines.simulated import SimulatedDraftEngine, TraceEngine, VirtualClock
 from specdec_gguf.guard import GainGuard
 from specdec_gguf.profile import FORMAT, CostProfile, load_cached, measure, save
 from specdec_gguf.proposal import NO_PROPOSAL
 from specdec_gguf.schedule import AdaptiveSchedule, ScheduleConstants
+from specdec_gguf.simulation import curve_profile, simulate_run, synthetic_traces
 
 MS = 1e-3
 
@@ -496,6 +498,44 @@ def test_the_simulated_engines_catch_up_and_draft_in_one_pass(last):
     assert clock() - start == pytest.approx(1.25)
     assert engine.passes == 1 and engine.n_past == 2
     assert (int(out) if last == "forward_last_argmax" else int(out.argmax())) == 2  # the trace's next token
+
+
+def test_a_simulated_drafts_overhead_is_charged_once_a_proposal():
+    """A simulated draft pays its ``overhead`` on a pass after the clock moved for another engine (a proposal's
+    first pass, after the target's), not on its passes back to back; a run pays it every proposal (fixed k = 4
+    here: one per round), and ``simulate_run(draft_overhead=)`` sets it. Fails if it were charged every pass or
+    never."""
+    clock = VirtualClock()
+    engine = SimulatedDraftEngine(list(range(20)), [True] * 20, [0.9] * 20, 32, CostProfile({1: 1.0, 2: 1.25}), clock,
+                                  overhead=0.5)
+    engine.forward_last_logits([0])
+    assert clock() == pytest.approx(1.0)  # (nothing ran since it was made: no overhead)
+    for _ in range(2):
+        clock.advance(4.0)  # (the target's verify pass)
+        start = clock()
+        engine.forward_last_logits([1])  # the proposal's first pass: + 0.5
+        engine.forward_last_logits([2])
+        engine.forward_last_logits([3])
+        assert clock() - start == pytest.approx(3.5)
+    trace = next(t for t in synthetic_traces() if t.id.startswith("copy-edit"))
+    costs, full = curve_profile("big-q8"), trace.prompt + trace.output
+    draft_costs = CostProfile({1: 0.1 * costs.cost(1), 2: 0.12 * costs.cost(1)})
+
+    def run(overhead: float):
+        clock = VirtualClock()
+        draft = SimulatedDraftEngine(full, [True] * len(full), [0.9] * len(full), trace.n_vocab, draft_costs, clock,
+                                     overhead=overhead)
+        decoder = SpeculativeDecoder(trace.target(costs, clock), AutoregressiveDrafter(draft), num_draft_tokens=4,
+                                     adaptive=False, clock=clock)
+        return decoder.generate(trace.prompt, 64, ignore_eog=True).stats
+
+    free, charged = run(0.0), run(1e-3)
+    proposals = charged.per_position_drafted[0]
+    assert 8 <= proposals < 64
+    # (All but the first, which follows the draft's own prefill: charged there, before the generation's clock.)
+    assert charged.generation_seconds - free.generation_seconds == pytest.approx((proposals - 1) * 1e-3)
+    assert simulate_run(trace, "big-q8", 64, 4, drafter="draft-model", draft_overhead=0.1).seconds > \
+        simulate_run(trace, "big-q8", 64, 4, drafter="draft-model").seconds
 
 
 def test_measuring_times_plain_steps_after_plain_steps(target):

@@ -123,7 +123,7 @@ class SimulatedDraftEngine(TraceEngine):
                  costs: CostProfile, clock: VirtualClock, *, overhead: float = 0.0, **kwargs: object) -> None:
         super().__init__(trace, n_vocab, costs, clock, **kwargs)  # type: ignore[arg-type]
         self.overhead = overhead
-        self._left_at: float | None = None  # the clock when this engine's last pass ended
+        self._left_at = clock()  # the clock when this engine's last pass ended
         if len(agree) != len(trace) or len(confidence) != len(trace):
             raise ValueError("agree and confidence need one entry per trace position")
         self.agree = np.asarray(agree, dtype=bool)
