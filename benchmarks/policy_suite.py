@@ -1,11 +1,12 @@
 """Every simulation a schedule change is judged by, one summary line each: the check before timing.
 
-Usage: python benchmarks/policy_suite.py [--variant NAME:field=value,...] [--recorded FILE:RATIO|lookup[:CURVE]]
+Usage: python benchmarks/policy_suite.py [--variant NAME:field=value,...] [--recorded FILE:RATIO[+OVERHEAD]|lookup[:CURVE]]
                                         [-n 64,256] [--in-turn] [--jitter 0.95,1.05]
 
 Runs benchmarks/policy_sim.py's matrix for prompt lookup and for the synthetic draft models
 (informative and underconfident), each cold and remembered, and for every ``--recorded`` file of
-real-draft traces (benchmarks/record_traces.py --draft) remembered, at that draft's cost ratio, on
+real-draft traces (benchmarks/record_traces.py --draft) remembered, at that draft's cost ratio (per drafted
+token, over a target step; ``+OVERHEAD``: what each proposal costs besides, policy_sim.py --draft-overhead), on
 every curve or on the measured curve given (policy_sim.py --curve's NAME=T1_MS:R2,R3,R5,R9[...][:SWITCH]);
 ``FILE:lookup[:CURVE]`` runs a file of recorded outputs (record_traces.py without --draft) with prompt
 lookup instead. ``--in-turn`` adds each simulation with its traces run in turn, each run starting from
@@ -24,6 +25,7 @@ Example (the tiny-wide pair's recording on its own 2-thread curve, and on all cu
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -63,6 +65,7 @@ def jittered_matrix(traces: list[Trace], curves: list[str], ns: list[int],
         moved = dict(settings)
         if moved.get("drafter") == "draft-model":
             moved["draft_ratio"] = moved.get("draft_ratio", 0.1) * factor
+            moved["draft_overhead"] = moved.get("draft_overhead", 0.0) * factor
         others.append(simulate_matrix(traces, [perturbed(c, factor) for c in curves], ns, variants, **moved))
     for i, row in enumerate(rows):
         for name in row["variants"]:
@@ -73,17 +76,27 @@ def jittered_matrix(traces: list[Trace], curves: list[str], ns: list[int],
     return rows
 
 
-def parse_recorded(text: str) -> tuple[Path, float | None, list[str]]:
-    """FILE:RATIO|lookup[:CURVE] -> (the traces file, the draft's cost ratio (None: prompt lookup), the curves
-    to run)."""
+def parse_recorded(text: str) -> tuple[Path, dict[str, object], list[str]]:
+    """FILE:RATIO[+OVERHEAD]|lookup[:CURVE] -> (the traces file, its drafter's simulate_matrix settings: prompt
+    lookup, or a draft model costing RATIO of a target step per drafted token and OVERHEAD of one per proposal,
+    the curves to run)."""
+    usage = "expected FILE:RATIO[+OVERHEAD][:CURVE] or FILE:lookup[:CURVE]"
     parts = text.split(":", 2)
+    if len(parts) < 2:
+        raise SystemExit(f"--recorded {text!r}: {usage}")
+    curves = [parse_curve(parts[2])] if len(parts) == 3 else STANDARD_CURVES
+    if parts[1] == "lookup":
+        return Path(parts[0]), dict(drafter="prompt-lookup"), curves
+    fields = parts[1].split("+")
     try:
-        ratio = None if parts[1] == "lookup" else float(parts[1])
-    except (IndexError, ValueError):
-        raise SystemExit(f"--recorded {text!r}: expected FILE:RATIO[:CURVE] or FILE:lookup[:CURVE]") from None
-    if ratio is not None and not 0.0 < ratio:
-        raise SystemExit(f"--recorded {text!r}: the draft ratio must be > 0")
-    return Path(parts[0]), ratio, [parse_curve(parts[2])] if len(parts) == 3 else STANDARD_CURVES
+        if len(fields) > 2:
+            raise ValueError
+        ratio, overhead = float(fields[0]), float(fields[1]) if len(fields) == 2 else 0.0
+    except ValueError:
+        raise SystemExit(f"--recorded {text!r}: {usage}") from None
+    if not (0.0 < ratio < math.inf and 0.0 <= overhead < math.inf):
+        raise SystemExit(f"--recorded {text!r}: the draft ratio must be > 0 and the overhead >= 0")
+    return Path(parts[0]), dict(drafter="draft-model", draft_ratio=ratio, draft_overhead=overhead), curves
 
 
 def main(argv: list[str] | None = None) -> list[tuple[str, list[dict]]]:
@@ -91,7 +104,7 @@ def main(argv: list[str] | None = None) -> list[tuple[str, list[dict]]]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", action="append", default=[], help="NAME:field=value,... (repeatable)")
     parser.add_argument("--recorded", action="append", default=[],
-                        help="FILE:RATIO[:CURVE] or FILE:lookup[:CURVE] (repeatable)")
+                        help="FILE:RATIO[+OVERHEAD][:CURVE] or FILE:lookup[:CURVE] (repeatable)")
     parser.add_argument("-n", default="64,256", help="answer lengths (comma-separated)")
     parser.add_argument("--in-turn", action="store_true",
                         help="also each simulation with the traces run in turn (policy_sim.py --in-turn)")
@@ -124,10 +137,12 @@ def main(argv: list[str] | None = None) -> list[tuple[str, list[dict]]]:
             rows = jittered_matrix(synthetic, STANDARD_CURVES, ns, variants, factors, sequence=True,
                                    **settings)  # type: ignore[arg-type]
             report(f"{label}, in turn", rows)
-    for path, ratio, curves in recorded:
+    for path, settings, curves in recorded:
         where = curves[0] if len(curves) == 1 else "every curve"
-        settings = dict(drafter="prompt-lookup") if ratio is None else dict(drafter="draft-model", draft_ratio=ratio)
-        what = f"{path.name}, prompt lookup ({where})" if ratio is None else f"{path.name} at {ratio} ({where})"
+        cost = f"{settings.get('draft_ratio')}" + (f" + {settings['draft_overhead']:g} a proposal"
+                                                    if settings.get("draft_overhead") else "")
+        what = f"{path.name}, prompt lookup ({where})" if settings["drafter"] == "prompt-lookup" \
+            else f"{path.name} at {cost} ({where})"
         for mode in ("remembered", "in turn") if args.in_turn else ("remembered",):
             rows = jittered_matrix(load_traces(path), curves, ns, variants, factors, remember=True,
                                    sequence=mode == "in turn", **settings)  # type: ignore[arg-type]

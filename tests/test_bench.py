@@ -785,15 +785,14 @@ def test_round_log_runs_a_prompt_from_a_prompts_file(tiny_family, tmp_path, monk
 def test_judge_runs_each_suite_on_the_recordings_it_finds(tmp_path):
     """benchmarks/judge.py: a suite replays each recording it finds on that model's measured curves (every
     curve a valid policy_sim.py curve), names the command that makes each one it lacks, and every recording a
-    suite replays is one that ``record`` makes. Fails if a suite pointed at a recording nobody makes, a curve
-    did not parse, or a missing recording were passed on (policy_suite.py would fail on it)."""
+    suite replays is one that ``record`` makes. Fails if a suite pointed at a recording nobody makes, a draft's cost
+    or a curve did not parse, or a missing recording were passed on (policy_suite.py would fail on it)."""
     judge = _benchmark("judge")
-    policy_sim = _benchmark("policy_sim")
+    suite = _benchmark("policy_suite")
     for entries in judge.SUITES.values():
         for name, ratio, curve in entries:
             assert name in judge.RECORDINGS
-            assert ratio == "lookup" or float(ratio) > 0
-            policy_sim.parse_curve(curve)
+            suite.parse_recorded(f"{name}:{ratio}:{curve}")  # (exits on a ratio, overhead or curve that does not parse)
     (tmp_path / "gemma.jsonl").write_text("")
     recorded, missing = judge.suite_arguments("tuning", tmp_path)
     given = [recorded[i + 1] for i in range(0, len(recorded), 2)]
@@ -1019,6 +1018,22 @@ def test_round_log_remembered_starts_from_what_the_other_traces_cold_runs_left(m
                                          "-n", "64", *flag])
         round_log.main()
         assert start in capsys.readouterr().out.splitlines()[0]
+
+
+def test_policy_suite_reads_a_drafts_cost_per_token_and_per_proposal():
+    """benchmarks/policy_suite.py --recorded FILE:RATIO[+OVERHEAD][:CURVE]: a draft model's settings carry both
+    costs (the overhead 0 where none is given), lookup none; a malformed or negative cost exits naming the entry.
+    Fails if the overhead were dropped or a bad cost let through."""
+    suite = _benchmark("policy_suite")
+    path, settings, curves = suite.parse_recorded("t.jsonl:0.07+0.11")
+    assert (str(path), settings, curves) == ("t.jsonl", dict(drafter="draft-model", draft_ratio=0.07,
+                                                              draft_overhead=0.11), suite.STANDARD_CURVES)
+    assert suite.parse_recorded("t.jsonl:0.07:big-q8")[1:] == (dict(drafter="draft-model", draft_ratio=0.07,
+                                                                     draft_overhead=0.0), ["big-q8"])
+    assert suite.parse_recorded("t.jsonl:lookup")[1] == dict(drafter="prompt-lookup")
+    for bad in ("t.jsonl:0.07+x", "t.jsonl:0.07+0.1+0.1", "t.jsonl:0+0.1", "t.jsonl:0.07+-0.1", "t.jsonl"):
+        with pytest.raises(SystemExit, match="--recorded 't.jsonl"):
+            suite.parse_recorded(bad)
 
 
 def test_policy_suite_jitter_reports_each_run_over_neighbouring_costs():
