@@ -2,7 +2,7 @@
 
 Usage:
   python benchmarks/round_log.py TRACE_ID [--traces FILE.jsonl] [--curve NAME[=...]] [-n 64]
-                                [--drafter draft-model --draft-ratio 0.12] [--in-turn | --remembered]
+                                [--drafter draft-model --draft-ratio 0.12 [--draft-overhead 0.1]] [--in-turn | --remembered]
                                 [--variant NAME:field=v,...]
   python benchmarks/round_log.py PROMPT_ID --model T.gguf [--draft D.gguf] [--set default | --prompts P.jsonl] [-n 64] [-t 2]
                                 [--runs 3] [--fresh-cache] [--exact] [--temp 0.8 --seed 0] [--variant ...]
@@ -171,6 +171,8 @@ def main() -> None:
     parser.add_argument("--drafter", choices=["prompt-lookup", "draft-model"], default="prompt-lookup")
     parser.add_argument("--draft-style", choices=["informative", "underconfident"], default="informative")
     parser.add_argument("--draft-ratio", type=float, default=0.1)
+    parser.add_argument("--draft-overhead", type=float, default=0.0,
+                        help="what each draft proposal costs besides, over a target step (policy_sim.py's)")
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--in-turn", action="store_true")
     start.add_argument("--remembered", action="store_true",
@@ -192,7 +194,8 @@ def main() -> None:
     if not found:
         raise SystemExit(f"no trace {args.trace!r}; there are: {', '.join(t.id for t in traces)}")
     trace = found[0]
-    options = dict(drafter=args.drafter, draft_style=args.draft_style, draft_ratio=args.draft_ratio)
+    options = dict(drafter=args.drafter, draft_style=args.draft_style, draft_ratio=args.draft_ratio,
+                   draft_overhead=args.draft_overhead)
 
     def run_of(t: Trace, stored: Stored, **more) -> SimulatedRun:
         return simulate_run(t, curve, args.n, None, stored=stored, constants=constants, **options, **more)
