@@ -156,7 +156,7 @@ def main() -> None:
                         help="a draft model's one-token pass over the target's (tiny-wide's pair: 0.13 at 2 threads)")
     parser.add_argument("--draft-overhead", type=float, default=0.0,
                         help="what each draft proposal costs beyond its passes, over the target's one-token pass "
-                             "(the drafter's own work and caches the target evicted: 0.10 on tiny-wide at 1 thread)")
+                             "(the drafter's own work and caches the target evicted: 0.11 on tiny-wide at 1 thread)")
     parser.add_argument("--only-recorded", action="store_true")
     parser.add_argument("--remembered", action="store_true",
                         help="adaptive starts from the calibration the other traces' runs left (a second run)")

@@ -1,7 +1,8 @@
 """Every simulation a schedule change is judged by, one summary line each: the check before timing.
 
-Usage: python benchmarks/policy_suite.py [--variant NAME:field=value,...] [--recorded FILE:RATIO[+OVERHEAD]|lookup[:CURVE]]
-                                        [-n 64,256] [--in-turn] [--jitter 0.95,1.05]
+Usage: python benchmarks/policy_suite.py [--variant NAME:field=value,...]
+                                        [--recorded FILE:RATIO[+OVERHEAD]|lookup[:CURVE]] [-n 64,256]
+                                        [--in-turn] [--jitter 0.95,1.05]
 
 Runs benchmarks/policy_sim.py's matrix for prompt lookup and for the synthetic draft models
 (informative and underconfident), each cold and remembered, and for every ``--recorded`` file of

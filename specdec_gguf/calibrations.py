@@ -138,7 +138,7 @@ def _valid_counts(values: object) -> Counts | None:
     return hits, outcomes
 
 
-def _valid_scale(value: object, bounds: tuple[float, float] = _SCALE_BOUNDS) -> float | None:
+def _valid_bounded(value: object, bounds: tuple[float, float] = _SCALE_BOUNDS) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     lo, hi = bounds
@@ -178,9 +178,9 @@ def recall_all(key: str | None) -> Stored:
              for greedy, name in _POLICIES}
     return Stored({greedy: cal for greedy, (cal, _, _) in found.items() if cal is not None},
                   {greedy: counts for greedy, (_, counts, _) in found.items() if counts is not None},
-                  _valid_scale(data.get("draft_scale")),
+                  _valid_bounded(data.get("draft_scale")),
                   {greedy: kept for greedy, (_, _, kept) in found.items() if kept is not None},
-                  _valid_scale(data.get("draft_overhead"), _OVERHEAD_BOUNDS))
+                  _valid_bounded(data.get("draft_overhead"), _OVERHEAD_BOUNDS))
 
 
 def blend(old: Sequence[float] | None, new: Sequence[float]) -> Calibration | None:
@@ -223,9 +223,9 @@ def passed_on(stored: Stored, learned: Mapping[bool, Sequence[float]],
     ``pending_of`` picks them: added to what is pending; once that holds ``MIN_OBSERVATIONS`` outcomes, the calibration they say together,
     fitted around the priors as given, is blended in and they are cleared), ``draft_scale`` (the run's
     draft price scale and ``draft_overhead`` its overhead: each blended in as a calibration is, within bounds)
-    and ``tested`` (per policy, how much
-    better the stored calibration the run started from predicted its outcomes than the priors as given, as
-    ``tested_of`` gives it: a verdict added to the track record; ignored where nothing is stored)."""
+    and ``tested`` (per policy, how much better the stored calibration the run started from predicted its
+    outcomes than the priors as given, as ``tested_of`` gives it: a verdict added to the track record; ignored
+    where nothing is stored)."""
     record = dict(stored.record)
     for greedy, evidence in (tested or {}).items():
         if greedy in stored.calibrations and math.isfinite(evidence):  # (a verdict on what is stored)

@@ -192,7 +192,7 @@ class DraftPrice:
         # ratio of measured to shaped, the overhead taken off.
         self._window: deque[tuple[float | None, float, float]] = deque(maxlen=window)
         self._scale = 1.0
-        # Seconds each proposal costs beyond its shaped passes (fit_overhead; 0 with ``overhead`` off).
+        # Seconds each proposal costs beyond its shaped passes (_fit_overhead; 0 with ``overhead`` off).
         self.fits_overhead = overhead and profile is not None
         self.overhead = 0.0
         if self.fits_overhead and remembered_overhead is not None:
@@ -285,8 +285,8 @@ class DraftPrice:
         return fitted
 
     def take_scale(self) -> float | None:
-        """The median measured / shaped ratio of the proposals recorded since the last call, for the next
-        runs of the pair to start from: of those after each generation's cold ones where there are
+        """The median measured / shaped ratio (the overhead taken off) of the proposals recorded since the last
+        call, for the next runs of the pair to start from: of those after each generation's cold ones where there are
         ``MIN_SCALE_READINGS`` of them (a pair that drafts on: its first proposals read 2-3x, its later ones
         1.1-1.6x on tiny-wide), else of them all, unclipped (a pair that drafts a few times an answer pays
         the cold price each time); None with fewer.

@@ -92,10 +92,11 @@ class ScheduleConstants:
     remember_draft_price: bool = True
     # A proposal costs more than its shaped passes by about the same each, whatever its length: the drafter's
     # own work per proposal, and a first pass after a target pass that evicted the draft's weights (model 167:
-    # 1.2-1.4 ms a proposal and 0.72-1.27 ms a drafted token on tiny-wide, tiny-big-q8, tiny-gqa12-q4k and the
+    # 1.1-1.4 ms a proposal and 0.72-1.27 ms a drafted token on tiny-wide, tiny-big-q8, tiny-gqa12-q4k and the
     # 24-layer pair, against 0.26-1.0 ms and 1.02-1.27 ms priced by one scale, which a window of 8-token
-    # proposals sets to their average: each further token priced 15%-48% dearer than it is, each proposal's start
-    # cheaper). The price fits the two apart (DraftPrice._fit_overhead) and remembers both. False: one scale.
+    # proposals sets to their average: each further token priced up to 48% dearer than it is (the 24-layer
+    # pair's at par), each proposal's start cheaper). The price fits the two apart (DraftPrice._fit_overhead)
+    # and remembers both. False: one scale.
     draft_overhead: bool = True
     # A draft's catch-up (its first pass of a proposal: the tokens committed since the last, then the anchor)
     # asks for the last position's logits: priced from the profile's context prefill per token

@@ -291,8 +291,9 @@ def test_a_decoder_passes_on_each_outcome_once(trace_target, monkeypatch):
     again (fails if the outcomes already passed on were counted anew)."""
     passed = []
     remember = calibrations.remember
-    monkeypatch.setattr(calibrations, "remember", lambda key, learned, short=None, draft_scale=None, tested=None, draft_overhead=None: (
-        passed.append(dict(learned)), remember(key, learned, short, draft_scale, tested, draft_overhead)))
+    monkeypatch.setattr(calibrations, "remember", lambda key, learned, short=None, draft_scale=None, tested=None,
+                        draft_overhead=None: (passed.append(dict(learned)),
+                                              remember(key, learned, short, draft_scale, tested, draft_overhead)))
     decoder = _lookup_decoder(trace_target)
     decoder.generate(TRACE.prompt, N, ignore_eog=True)
     decoder.generate(TRACE.prompt, 2, ignore_eog=True)
@@ -429,7 +430,8 @@ def test_a_draft_proposals_overhead_is_stored_blended_and_bounded():
     is; one out of bounds in the file is ignored, and a run that passes on none keeps the stored one. Fails
     if it were dropped, replaced rather than blended, or read unchecked."""
     calibrations.remember("pair-a", {}, None, 1.2, None, 8.0)
-    assert (calibrations.recall_all("pair-a").draft_scale, calibrations.recall_all("pair-a").draft_overhead) == (1.2, 8.0)
+    stored = calibrations.recall_all("pair-a")
+    assert (stored.draft_scale, stored.draft_overhead) == (1.2, 8.0)
     calibrations.remember("pair-a", {}, None, 1.2)
     assert calibrations.recall_all("pair-a").draft_overhead == 8.0
     calibrations.remember("pair-a", {}, None, None, None, 4.0)

@@ -202,7 +202,8 @@ def test_a_proposals_overhead_is_fitted_apart_from_its_price_per_token():
                                     constants=constants)
         schedule.start(10)
         for k in [1] * schedule.c.cold_proposals + lengths:  # (the first ones cold: their caches from the prefills)
-            seconds = cold if schedule._proposals < schedule.c.cold_proposals else (0.25 + 0.1 * k + 1.0 + noise(k)) * MS
+            warm = (0.25 + 0.1 * k + 1.0 + noise(k)) * MS
+            seconds = cold if schedule._proposals < schedule.c.cold_proposals else warm
             schedule.observe(DraftProposal(tokens=(1,) * k, buckets=(0,) * k), 0, 0, 1, True, seconds, 4 * MS)
         return schedule.draft_price
 
