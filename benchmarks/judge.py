@@ -62,7 +62,7 @@ MEASURED_CURVES = {
         "gqa24-2-fa-off=6.073:2.031,2.770,4.252,5.320,8.227,11.396,18.118:0.079",
     # (A pair added in the forty-first session, after the constants were last tuned: 12 d1536 layers at Q4_K_M with 4
     # key/value heads, a 1-layer draft agreeing on ~75% of first tokens; Intel Xeon model 167, `measure_curve.py -t 2`;
-    # its draft's price per drafted token as fresh decoders there read it 0.064-0.074 of T(1).)
+    # its draft's price per drafted token as fresh decoders there read it 0.064-0.074 of T(1); SUITES splits it.)
     "tiny-gqa12-q4k, 2 threads, model 167": "gqa12-2-m167=17.025:1.333,1.574,2.452,3.213,4.382,5.397,8.443:0.000",
     "Q4_K_M, 1 thread": "gemma-epyc2-1t=16.854:2.569,2.845,5.057,6.585,9.237,15.032,26.567:0.000",
     "Q4_K_M, 2 threads": "gemma-epyc2-2t=14.142:1.783,2.095,3.784,4.818,6.913,10.287,18.000:0.096",
@@ -74,8 +74,9 @@ MEASURED_CURVES = {
     # (Measured on a fourth host, the Intel Xeon model 167 of docs/performance.md's "thirty-sixth" on, where tiny-wide's
     # gap to its best fixed k is widest: flat curves at 1 thread. `measure_curve.py -t T`; with them, each draft's price
     # per drafted token as fresh decoders there read it (DraftPrice.per_token over T(1): Python's work per token in
-    # it): tiny-wide 0.083 at 1 thread, tiny-big-q8 0.074 and the 24-layer pair 0.057 at 2. Replayed on these, the
-    # recordings came within a point or two of what timing showed on that host (docs/performance.md, "thirty-ninth").)
+    # it): tiny-wide 0.083 at 1 thread, tiny-big-q8 0.074 and the 24-layer pair 0.057 at 2 (since the forty-second,
+    # SUITES splits each into a price per token and one per proposal). Replayed on these, the recordings came within
+    # a point or two of what timing showed on that host (docs/performance.md, "thirty-ninth").)
     "tiny-wide, 1 thread, model 167": "tw-1-m167=9.462:1.105,1.242,1.503,1.772,2.475,3.814,6.096:0.044",
     "tiny-big-q8, 2 threads, model 167": "tb-2-m167=13.876:1.325,1.518,2.162,2.905,4.241,6.699,11.908:0.033",
     "tiny-deep24-q4k, 2 threads, model 167": "d24-2-m167=20.980:1.496,1.791,2.473,3.332,4.917,6.405,10.424:0.026",

@@ -140,10 +140,10 @@ def main(argv: list[str] | None = None) -> list[tuple[str, list[dict]]]:
             report(f"{label}, in turn", rows)
     for path, settings, curves in recorded:
         where = curves[0] if len(curves) == 1 else "every curve"
-        cost = f"{settings.get('draft_ratio')}" + (f" + {settings['draft_overhead']:g} a proposal"
-                                                    if settings.get("draft_overhead") else "")
-        what = f"{path.name}, prompt lookup ({where})" if settings["drafter"] == "prompt-lookup" \
-            else f"{path.name} at {cost} ({where})"
+        what = f"{path.name}, prompt lookup ({where})"
+        if settings["drafter"] == "draft-model":
+            overhead = f" + {settings['draft_overhead']:g} a proposal" if settings["draft_overhead"] else ""
+            what = f"{path.name} at {settings['draft_ratio']}{overhead} ({where})"
         for mode in ("remembered", "in turn") if args.in_turn else ("remembered",):
             rows = jittered_matrix(load_traces(path), curves, ns, variants, factors, remember=True,
                                    sequence=mode == "in turn", **settings)  # type: ignore[arg-type]

@@ -193,10 +193,10 @@ class SimulatedRun:
 
 def simulate(trace: Trace, curve: str, max_tokens: int, k: int | None, *, drafter: str = "prompt-lookup",
              agreement: float = 0.8, draft_ratio: float = 0.1, draft_style: DraftStyle = "informative",
-             seed: int = 0, schedule: DraftSchedule | None = None, draft_overhead: float = 0.0) -> float:
+             seed: int = 0, schedule: DraftSchedule | None = None) -> float:
     """Simulated generation seconds of one cold run on ``trace`` (see :func:`simulate_run`)."""
     return simulate_run(trace, curve, max_tokens, k, drafter=drafter, agreement=agreement, draft_ratio=draft_ratio,
-                        draft_style=draft_style, seed=seed, schedule=schedule, draft_overhead=draft_overhead).seconds
+                        draft_style=draft_style, seed=seed, schedule=schedule).seconds
 
 
 def simulate_run(trace: Trace, curve: str, max_tokens: int, k: int | None, *, drafter: str = "prompt-lookup",
