@@ -1062,3 +1062,52 @@ def test_policy_suite_jitter_reports_each_run_over_neighbouring_costs():
         assert len(set(values)) > 1  # (the factors moved the runs: the geomean below is of different values)
         assert math.isclose(row["variants"]["shipped"], math.exp(sum(map(math.log, values)) / 3))
         assert row["best_fixed"] == plain[i]["best_fixed"] and row["adaptive"] == row["variants"]["shipped"]
+
+
+def test_run_curve_reads_each_verify_size_and_the_drafts_line_off_the_rounds():
+    """benchmarks/run_curve.py: each size's median verify pass (a size no round verified interpolated between its
+    neighbours, the nearest beyond them), a least-squares line through the drafts' seconds against their lengths,
+    and a curve entry with the runs' sizes up to 9 and the timed larger ones scaled by the runs' T(9). Fails if a
+    size were read off the wrong rounds (verified + 1 tokens a pass), the line were not fitted, or the larger sizes
+    were not scaled."""
+    run_curve = _benchmark("run_curve")
+    policy_sim = _benchmark("policy_sim")
+    # (drafted, verified, draft seconds, verify seconds): passes of 2 tokens cost 2 ms, of 5 tokens 5 ms, of 9 tokens
+    # 9 ms (one slow outlier: the median ignores it); none of 3; a declined round (verified 0) is not a verify pass.
+    rounds = [(n, v, 0.001 + 0.0005 * n, 0.001 * (v + 1)) for n, v in ((1, 1), (2, 1), (4, 4), (8, 8), (8, 8))]
+    rounds += [(8, 8, 0.005, 0.030), (1, 0, 0.0015, 0.004)]
+    costs = run_curve.verify_costs(rounds)
+    assert costs == pytest.approx({2: 0.002, 3: 0.003, 5: 0.005, 9: 0.009})
+    assert run_curve.verify_costs([(8, 8, 0.005, 0.009)]) == pytest.approx({2: 0.009, 3: 0.009, 5: 0.009, 9: 0.009})
+    overhead, per_token = run_curve.draft_line([r for r in rounds if r[2] != 0.005 and r[1]])
+    assert (overhead, per_token) == pytest.approx((0.001, 0.0005))
+    entry = run_curve.curve_entry("m", 0.001, costs, {9: 0.0045, 17: 0.006, 33: 0.010, 65: 0.020}, 0.0002)
+    assert entry == "m=1.000:2.000,3.000,5.000,9.000,12.000,20.000,40.000:0.200"
+    assert policy_sim.parse_curve(entry) == "m"  # (what policy_sim.py and judge.py take)
+    with pytest.raises(SystemExit, match="no round verified"):
+        run_curve.verify_costs([(1, 0, 0.001, 0.004)])
+
+
+def test_run_curve_times_plain_fixed_k_and_adaptive_runs_and_prints_their_entry(tiny_family, capsys, monkeypatch,
+                                                                               tmp_path):
+    """benchmarks/run_curve.py end to end on the tiny pair: the drafted runs' rounds reach the fit (the fixed-k
+    arm's passes verify k + 1 tokens), the curve entry parses as policy_sim.py's, the draft's RATIO+OVERHEAD as
+    policy_suite.py's --recorded, and both drafted arms report a ratio over plain; the user's cache is left alone.
+    Fails if the recording schedule saw no rounds or an entry did not parse."""
+    import os
+    import re
+
+    run_curve = _benchmark("run_curve")
+    policy_sim = _benchmark("policy_sim")
+    policy_suite = _benchmark("policy_suite")
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "user"))
+    run_curve.main([str(tiny_family.target), "--draft", str(tiny_family.draft), "-t", "1", "-n", "12", "--runs", "2",
+                    "--k", "4", "--name", "tiny"])
+    out = capsys.readouterr().out
+    curve = re.search(r"^curve: (\S+)$", out, re.M)
+    draft = re.search(r"^draft: (\S+) \(.*; (\d+) proposals\)$", out, re.M)
+    assert curve and draft and int(draft.group(2)) > 0
+    assert policy_sim.parse_curve(curve.group(1)) == "tiny"
+    assert policy_suite.parse_recorded(f"t.jsonl:{draft.group(1)}")[1]["drafter"] == "draft-model"
+    assert re.search(r"^k = 4: [\d.]+x plain \(", out, re.M) and re.search(r"^adaptive: [\d.]+x plain \(", out, re.M)
+    assert not (tmp_path / "user").exists() and os.environ["SPECDEC_CACHE_DIR"] == str(tmp_path / "user")
