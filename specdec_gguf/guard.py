@@ -29,12 +29,16 @@ class GainGuard:
     noise in it; such a pause lasts at least ``quiet_pause`` rounds, and at least as long as makes the
     ``quiet_again`` new rounds after it (enough then; ``quiet_rounds`` again once a round verified
     something) cost at most ``quiet_share`` of the rounds, at what the quiet rounds lost each.
+    ``fresh_after_pause``: a pause on the window's losses (not a quiet one) empties the window, so the next
+    verdict rests on rounds after it (``min_rounds`` of them); else the rounds it paused on stay, and the
+    first round after the pause that loses anything pauses again, for twice as long.
     """
 
     def __init__(self, *, window: int, min_rounds: int, tolerance: float, slack: float, first_pause: int,
                  max_pause: int, quiet_rounds: int | None = None, quiet_pause: int | None = None,
-                 quiet_again: int | None = None, quiet_share: float = 0.0) -> None:
+                 quiet_again: int | None = None, quiet_share: float = 0.0, fresh_after_pause: bool = False) -> None:
         self.min_rounds, self.tolerance, self.slack = min_rounds, tolerance, slack
+        self.fresh_after_pause = fresh_after_pause
         self.quiet_share = quiet_share
         self.quiet_rounds = window if quiet_rounds is None else min(quiet_rounds, window)
         self.quiet_again = self.quiet_rounds if quiet_again is None else min(quiet_again, self.quiet_rounds)
@@ -149,5 +153,8 @@ class GainGuard:
             self._quiet = 0
             if quiet_loss:
                 self._quiet_needed = self.quiet_again
+            elif self.fresh_after_pause:  # (the pause was the verdict on these rounds)
+                self._gains.clear()
+                self._verified.clear()
         elif loss <= 0:
             self._interval = self.first_pause  # drafting pays again: the next pause starts short

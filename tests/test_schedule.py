@@ -303,7 +303,8 @@ def _losing_rounds(schedule, rounds, accepted):
 def test_the_guard_pauses_drafting_that_loses_to_plain_steps():
     """The estimates say drafting pays (sure tokens, cheap passes), but the measured rounds each
     gave 1 token in the time of 1.5 plain steps: drafting pauses, for intervals that double while
-    it keeps losing. Fails without the guard (next_k stays k_max)."""
+    it keeps losing (prompt lookup's window starts afresh after a pause: a verdict on as many new rounds).
+    Fails without the guard (next_k stays k_max)."""
     costs = CostProfile({1: 1e-3, 2: 1.05e-3, 3: 1.1e-3})
     schedule = AdaptiveSchedule(8, target_costs=costs, free_drafter=True, priors={True: [0.95], False: [0.95]})
     c = schedule.c
@@ -313,7 +314,7 @@ def test_the_guard_pauses_drafting_that_loses_to_plain_steps():
     _losing_rounds(schedule, 1, 0)
     pauses = [schedule.next_k(1000) for _ in range(c.probe_interval)]
     assert pauses == [0] * c.probe_interval
-    _losing_rounds(schedule, 1, 0)  # a probe that lost again: twice as long a pause
+    _losing_rounds(schedule, c.guard_min_rounds, 0)  # new rounds that lost again: twice as long a pause
     assert [schedule.next_k(1000) for _ in range(2 * c.probe_interval)] == [0] * (2 * c.probe_interval)
     assert schedule.next_k(1000) == 8
 

@@ -172,6 +172,44 @@ def test_a_lost_bet_pauses_for_the_first_pause_even_with_a_longer_quiet_pause():
     assert 1 + guard.claim_pause() == 8
 
 
+def _losing_bets(guard: GainGuard, rounds: int) -> list[tuple[int, int]]:
+    """(rounds bet, rounds paused) of each pause while every round verifies 2 tokens and keeps 1 in 1.5 plain
+    steps (half a step lost a round)."""
+    guard.record(0, 1, 0.0, 1 * MS, after_verify=False)
+    betting, pauses = 0, []
+    for _ in range(rounds):
+        paused = guard.claim_pause()
+        if paused:
+            pauses.append((betting, paused))
+            betting = 0
+        guard.asked()
+        guard.record(2, 1, 0.0, 1.5 * MS, after_verify=False)
+        betting += 1
+    return pauses
+
+
+@pytest.mark.parametrize("fresh, expected", [(False, [(8, 8), (1, 16), (1, 32)]), (True, [(8, 8), (8, 16), (8, 32)])])
+def test_a_pause_on_lost_bets_needs_new_rounds_before_the_next_when_the_window_starts_afresh(fresh, expected):
+    """Bets that keep losing: 8 rounds, a pause of 8. With the rounds it paused on kept, the first round after
+    it pauses again (16, then 32); with ``fresh_after_pause`` (the schedule's for prompt lookup) the window
+    starts afresh and the next verdict rests on 8 new rounds, the pauses still doubling. Fails if the window
+    were not emptied, or emptying it reset the doubling."""
+    guard = GainGuard(window=24, min_rounds=8, tolerance=0.02, slack=2.0, first_pause=8, max_pause=64,
+                      fresh_after_pause=fresh)
+    assert _losing_bets(guard, 40)[:3] == expected
+
+
+@pytest.mark.parametrize("free_drafter, on, fresh", [(True, True, True), (False, True, False), (True, False, False)])
+def test_only_a_free_drafters_guard_starts_afresh_after_a_pause(free_drafter, on, fresh):
+    """ScheduleConstants.guard_fresh_after_pause reaches prompt lookup's guard, not a draft model's (each round
+    after a pause pays the draft's catch-up and passes). Fails if either drafter got the other's guard."""
+    from specdec_gguf.schedule import ScheduleConstants
+
+    schedule = AdaptiveSchedule(8, free_drafter=free_drafter, priors={True: [0.5], False: [0.5]},
+                                constants=ScheduleConstants(guard_fresh_after_pause=on))
+    assert schedule.guard.fresh_after_pause is fresh
+
+
 def test_a_draft_proposal_costs_a_start_and_a_price_per_token():
     """Proposals of 1..8 tokens each cost twice the draft profile's F + k·d: both parts scale, so the price
     of one more drafted token stays d (not the average price of a short proposal, which includes F)."""
