@@ -12,7 +12,7 @@ that prefills its prompt (as `specdec bench`'s trials), ``--runs`` rounds of the
 not read, on an empty temporary user cache. Then
 
 - T(1): the plain runs' generation seconds over their tokens (a plain step in a run of plain steps);
-- T(n), n = 2, 3, 5, 9: the drafted runs' verify passes of n tokens, the median of each size (one no round
+- T(n), n = 2, 3, 5, 9: the drafted runs' verify passes of n tokens, the median of each size (a size no round
   verified is interpolated between its neighbours);
 - T(17), T(33), T(65) and the switch: timed once as measure_curve.py times them, the larger sizes scaled by the
   runs' T(9) over the timed one (the runs verify at most k + 1 tokens);

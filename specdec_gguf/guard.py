@@ -31,7 +31,7 @@ class GainGuard:
     something) cost at most ``quiet_share`` of the rounds, at what the quiet rounds lost each.
     ``fresh_after_pause``: a pause on the window's losses (not a quiet one) empties the window, so the next
     verdict rests on rounds after it (``min_rounds`` of them); else the rounds it paused on stay, and the
-    first round after the pause that loses anything pauses again, for twice as long.
+    first round after the pause pauses again, for twice as long, unless it wins back what they lost.
     """
 
     def __init__(self, *, window: int, min_rounds: int, tolerance: float, slack: float, first_pause: int,

@@ -166,12 +166,13 @@ class ScheduleConstants:
     guard_quiet_share: float = 0.002
     # A free drafter's (prompt lookup's) pause on its window's losses empties the window (GainGuard
     # fresh_after_pause): the next verdict needs rounds of its own. With the rounds it paused on kept, the
-    # first round after each pause that lost anything paused again, for twice as long: simulated on the
-    # Gemma held-out answers with the EPYC host's 2-thread curve, `tips` remembered went 0.945x -> 0.989x plain
-    # and `csv-to-json` in turn 0.954x -> 1.050x (the rounds after the pause found the copy), judge.py +0.25%
-    # held out, +0.09% tuning, no worst trace lower in 80 simulations. Side by side on the model 167 host,
-    # where lookup's pauses on lost bets are rare: level (Gemma held out 2 threads 1.793x against 1.789x, Q8_0
-    # 1 thread 1.764x against 1.768x, tiny F32 0.973x against 0.971x; docs/performance.md, "forty-third").
+    # first round after each pause paused again, for twice as long, unless it won back what they lost: simulated
+    # on the Gemma held-out answers with the EPYC host's 2-thread curve, `tips` remembered went 0.945x -> 0.989x
+    # plain and the worst in turn 0.954x (`csv-to-json`) -> 1.050x (the rounds after the pause found the copy),
+    # judge.py +0.25% held out, +0.09% tuning, no worst trace lower in 80 simulations. Side by side on the model
+    # 167 host, where lookup's pauses on lost bets are rare: level (Gemma held out 2 threads 1.793x against
+    # 1.789x, Q8_0 1 thread 1.764x against 1.768x, tiny F32 0.973x against 0.971x; docs/performance.md,
+    # "forty-third").
     # Not for a draft model: each round after a pause pays the draft's catch-up and passes, and emptied
     # windows (their losses forgotten) lost the 24-layer pair's worst traces (0.963x -> 0.927x in turn).
     guard_fresh_after_pause: bool = True
