@@ -81,12 +81,15 @@ MEASURED_CURVES = {
     "tiny-wide, 1 thread, model 167": "tw-1-m167=9.462:1.105,1.242,1.503,1.772,2.475,3.814,6.096:0.044",
     "tiny-big-q8, 2 threads, model 167": "tb-2-m167=13.876:1.325,1.518,2.162,2.905,4.241,6.699,11.908:0.033",
     "tiny-deep24-q4k, 2 threads, model 167": "d24-2-m167=20.980:1.496,1.791,2.473,3.332,4.917,6.405,10.424:0.026",
-    # (The same host on a later day, its target a third faster at 1 thread, read off real runs by
+    # (The same host on a later day, its tiny-wide target a third faster at 1 thread, read off real runs by
     # benchmarks/run_curve.py: a verify pass right after the draft's passes cost tiny-wide 15%-19% more than timed
-    # alone, and replayed so the default set's k = 8 and adaptive rows came within 1%-3% of those runs' ratios, where
-    # measure_curve.py's 2-thread curves had replayed k = 8 20%-25% high; docs/performance.md, "forty-third".)
+    # alone (tiny-big-q8 2%, the 24-layer pair 10%), and replayed so the default set's adaptive rows came within
+    # 1%-3% of those runs' ratios, where measure_curve.py's 2-thread tiny-wide curves had replayed k = 8 10%-24%
+    # high; docs/performance.md, "forty-third".)
     "tiny-wide, 1 thread, model 167 runs": "tw-1-m167r=5.715:1.397,1.710,2.110,2.430,3.462,5.425,9.190:0.068",
     "tiny-wide, 2 threads, model 167 runs": "tw-2-m167r=3.036:1.522,1.954,2.110,2.766,3.918,5.779,10.256:0.102",
+    "tiny-big-q8, 2 threads, model 167 runs": "tb-2-m167r=12.897:1.305,1.462,2.162,2.870,4.203,6.651,11.539:0.049",
+    "tiny-deep24-q4k, 2 threads, model 167 runs": "d24-2-m167r=21.639:1.285,1.551,2.338,2.824,4.233,5.803,9.090:0.000",
     "Q4_K_M, 1 thread, model 167": "gemma-m167-1t=38.378:1.240,1.435,2.447,3.201,4.302,6.817,12.343:0.026",
     "Q4_K_M, 2 threads, model 167": "gemma-m167-2t=21.045:1.255,1.447,2.369,3.214,4.275,6.764,12.475:0.026",
 }
@@ -113,7 +116,9 @@ SUITES: dict[str, list[tuple[str, str, str]]] = {
                ("tiny-big-q8.jsonl", "0.053+0.077", _C["tiny-big-q8, 2 threads, model 167"]),
                ("tiny-deep24-q4k.jsonl", "0.062+0.058", _C["tiny-deep24-q4k, 2 threads, model 167"]),
                ("tiny-wide.jsonl", "0.116+0.093", _C["tiny-wide, 1 thread, model 167 runs"]),
-               ("tiny-wide.jsonl", "0.124+0.145", _C["tiny-wide, 2 threads, model 167 runs"])]
+               ("tiny-wide.jsonl", "0.124+0.145", _C["tiny-wide, 2 threads, model 167 runs"]),
+               ("tiny-big-q8.jsonl", "0.046+0.090", _C["tiny-big-q8, 2 threads, model 167 runs"]),
+               ("tiny-deep24-q4k.jsonl", "0.041+0.059", _C["tiny-deep24-q4k, 2 threads, model 167 runs"])]
               + [("gemma.jsonl", "lookup", c) for c in _GEMMA + _GEMMA_M167]
               + [("gemma_long.jsonl", "lookup", c) for c in _GEMMA]
               + [("gemma.jsonl", "lookup", _C["Q4_K_M exact kernels, 1 thread"])]
