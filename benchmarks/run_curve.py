@@ -102,6 +102,16 @@ def curve_entry(name: str, t1: float, runs: dict[int, float], timed: dict[int, f
     return f"{name}={t1 * 1e3:.3f}:" + ",".join(f"{r:.3f}" for r in ratios) + f":{switch / t1:.3f}"
 
 
+def draft_summary(overhead: float, per_token: float, t1: float, proposals: int) -> str:
+    """The draft's line as ``--recorded`` takes it (RATIO+OVERHEAD over T(1)), with a warning where a share came out
+    negative (policy_suite.py refuses it: noise, or proposals too alike in length to tell the two apart)."""
+    line = (f"draft: {per_token / t1:.3f}+{overhead / t1:.3f} (RATIO+OVERHEAD: {per_token * 1e3:.3f} ms a drafted "
+            f"token, {overhead * 1e3:.3f} ms a proposal; {proposals} proposals)")
+    if overhead < 0 or per_token <= 0:
+        line += "\n(a share below zero: noise or proposals too alike in length; run more rounds or longer answers)"
+    return line
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", type=Path)
@@ -170,8 +180,7 @@ def measure_runs(args: argparse.Namespace) -> None:
     overhead, per_token = draft_line(rounds)
     name = args.name or args.model.stem
     print(f"curve: {curve_entry(name, t1, runs, timed.seconds, timed.switch_seconds)}")
-    print(f"draft: {per_token / t1:.3f}+{overhead / t1:.3f} (RATIO+OVERHEAD: {per_token * 1e3:.3f} ms a drafted "
-          f"token, {overhead * 1e3:.3f} ms a proposal; {len(rounds)} proposals)")
+    print(draft_summary(overhead, per_token, t1, len(rounds)))
     for arm in list(arms)[1:]:
         ratios = {pid: statistics.median(seconds[("plain", pid)]) / statistics.median(seconds[(arm, pid)])
                   for pid in texts}
