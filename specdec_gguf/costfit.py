@@ -299,7 +299,7 @@ class DraftPrice:
         lower it (``record``'s ``cold``): one that drafted a few times in an answer never learned it, and its
         drafting at 0.4x the real price cost 3-6% of a 256-token answer."""
         readings, self._readings = self._readings, deque(maxlen=MAX_READINGS)
-        ratios = [(max(measured - self.overhead, 0.0) / shaped, cold) for shaped, measured, cold in readings]
+        ratios = [(self._ratio((shaped, measured, math.inf)), cold) for shaped, measured, cold in readings]
         warm = [ratio for ratio, cold in ratios if not cold]
         chosen = warm if len(warm) >= MIN_SCALE_READINGS else [ratio for ratio, _ in ratios]
         if len(chosen) < MIN_SCALE_READINGS:
