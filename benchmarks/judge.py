@@ -8,23 +8,27 @@ Usage:
   (either suite: [--jitter 0.95,1.05], policy_suite.py's: three times the runs, ~5 minutes)
 
 ``record`` writes into DIR what the suites replay (timing-free; ~10 minutes on 2 cores): the answers and
-teacher-forced drafts of benchmarks/matrix.py's tiny-big-q8, tiny-wide, tiny-deep24-q4k (the issue's 24-layer
-pair where drafting seldom pays), tiny-gqa24-q4k (its twin with grouped-query attention) and tiny-gqa12-q4k (a pair
-added after the constants were last tuned, where drafting pays a little) pairs, and the answers of Gemma 3
-270M Q4_K_M (G, the ``demo`` extra's file) and of that model requantized to Q8_0 and F16 to the built-in
-prompt sets (benchmarks/record_traces.py, 256 tokens each). Files already there are kept. At ``-t 2`` on the
-development host it wrote byte for byte the recordings docs/performance.md's sections replayed (another thread
-count or build may tip a near-tie: another answer, as valid to judge by).
+teacher-forced drafts of benchmarks/matrix.py's tiny-big-q8, tiny-wide, tiny-deep24-q4k (the issue's 24-layer pair
+where drafting seldom pays), tiny-gqa24-q4k (its twin with grouped-query attention) and tiny-gqa12-q4k (a pair
+added after the constants were last tuned, where drafting pays a little) pairs, the answers of Gemma 3 270M Q4_K_M
+(G, the ``demo`` extra's file) and of that model requantized to Q8_0 and F16 to the built-in prompt sets
+(benchmarks/record_traces.py, 256 tokens each), and Gemma's answers with its first 12 blocks as a teacher-forced
+draft (benchmarks/layer_draft.py: a real language model's draft, whose confidence is calibrated and whose hard
+stretches persist, where the tiny pairs' random drafts are underconfident). Files already there are kept. At
+``-t 2`` on the development host it wrote byte for byte the recordings docs/performance.md's sections replayed
+(another thread count or build may tip a near-tie: another answer, as valid to judge by).
 
 ``tuning`` runs benchmarks/policy_suite.py ``--in-turn`` over the synthetic matrix, the tiny pairs at their draft's
 cost ratio and Gemma's answers to the default, short and long sets, each on the curves measured for that model
 (``MEASURED_CURVES``); ``heldout``, Gemma's answers to the held-out prompts, written after the constants were last
-tuned, on theirs, and the GQA twin's pair and tiny-gqa12-q4k (added after them too) on their own. A change worth
-timing keeps every worst case and moves no geomean the wrong way on both; judge it on ``heldout`` and tune nothing to
-it. The curves were measured on three 2-core hosts (the development host's AMD EPYC, Intel Xeon models 207 and 167;
-docs/performance.md): on another machine, measure yours (benchmarks/measure_curve.py; for a draft pair,
-benchmarks/run_curve.py, whose costs read off real runs replay closer to timing) and run policy_suite.py with
-them. A recording missing from DIR is skipped, with the command that makes it.
+tuned, on theirs, the GQA twin's pair and tiny-gqa12-q4k (added after them too) on their own, and Gemma with its
+first blocks as the draft (the forty-fourth session's) on its own costs, where plain decoding is the optimum, and
+at tiny-wide's, where drafting pays. A change worth timing keeps every worst case and moves no geomean the wrong
+way on both; judge it on ``heldout`` and tune nothing to it. The curves were measured on three 2-core hosts (the
+development host's AMD EPYC, Intel Xeon models 207 and 167; docs/performance.md): on another machine, measure yours
+(benchmarks/measure_curve.py; for a draft pair, benchmarks/run_curve.py, whose costs read off real runs replay
+closer to timing) and run policy_suite.py with them. A recording missing from DIR is skipped, with the command that
+makes it.
 """
 
 from __future__ import annotations
@@ -90,6 +94,13 @@ MEASURED_CURVES = {
     "tiny-wide, 2 threads, model 167 runs": "tw-2-m167r=3.036:1.522,1.954,2.110,2.766,3.918,5.779,10.256:0.102",
     "tiny-big-q8, 2 threads, model 167 runs": "tb-2-m167r=12.897:1.305,1.462,2.162,2.870,4.203,6.651,11.539:0.049",
     "tiny-deep24-q4k, 2 threads, model 167 runs": "d24-2-m167r=21.639:1.285,1.551,2.338,2.824,4.233,5.803,9.090:0.000",
+    # (Gemma 3 270M Q4_K_M with its first 12 blocks as the draft (benchmarks/layer_draft.py), read off its runs
+    # by run_curve.py on the same host, the forty-fourth session: the draft costs 0.79-0.87 of a target step, so
+    # drafting loses (k = 8 0.29x-0.31x plain) and adaptive ran 0.995x / 0.997x plain at 2 / 1 threads.)
+    "Gemma and its 12 blocks, 2 threads, model 167 runs":
+        "gl12-2-m167r=20.969:1.263,1.425,2.379,3.166,4.272,6.585,12.554:0.052",
+    "Gemma and its 12 blocks, 1 thread, model 167 runs":
+        "gl12-1-m167r=36.235:1.330,1.523,2.626,3.410,4.517,7.226,13.198:0.000",
     "Q4_K_M, 1 thread, model 167": "gemma-m167-1t=38.378:1.240,1.435,2.447,3.201,4.302,6.817,12.343:0.026",
     "Q4_K_M, 2 threads, model 167": "gemma-m167-2t=21.045:1.255,1.447,2.369,3.214,4.275,6.764,12.475:0.026",
 }
@@ -125,13 +136,22 @@ SUITES: dict[str, list[tuple[str, str, str]]] = {
               + [("gemma_f16.jsonl", "lookup", c) for c in _F16] + [("gemma_q8.jsonl", "lookup", c) for c in _Q8],
     "heldout": [("tiny-gqa24-q4k.jsonl", "0.101", _C["tiny-gqa24-q4k, 2 threads, flash attention off"]),
                 ("tiny-gqa12-q4k.jsonl", "0.058+0.052", _C["tiny-gqa12-q4k, 2 threads, model 167"])]
+               # (A real model's draft, added in the forty-fourth session: on its own costs, where plain is the
+               # optimum, and at tiny-wide's cheap draft price and curves, where drafting pays.)
+               + [(f, "0.872+0.043", _C["Gemma and its 12 blocks, 2 threads, model 167 runs"])
+                  for f in ("gemma_l12.jsonl", "gemma_l12_heldout.jsonl")]
+               + [("gemma_l12.jsonl", "0.789+0.043", _C["Gemma and its 12 blocks, 1 thread, model 167 runs"])]
+               + [(f, "0.124+0.145", _C["tiny-wide, 2 threads, model 167 runs"])
+                  for f in ("gemma_l12.jsonl", "gemma_l12_heldout.jsonl")]
+               + [("gemma_l12.jsonl", "0.116+0.093", _C["tiny-wide, 1 thread, model 167 runs"])]
                + [("gemma_heldout.jsonl", "lookup", c) for c in _GEMMA + (_C["Q4_K_M exact kernels, 1 thread"],)]
                + [("gemma_f16_heldout.jsonl", "lookup", c) for c in _F16]
                + [("gemma_q8_heldout.jsonl", "lookup", c) for c in _Q8],
 }
 
 # Per recording, what makes it: (model, with its draft, prompt sets, trace id prefix per set). Models: "gemma"
-# (--gemma), "q8_0" / "f16" (it requantized, under DIR/models), a tiny family (under DIR/models).
+# (--gemma; its draft: its first LAYER_DRAFT_BLOCKS blocks, benchmarks/layer_draft.py, under DIR/models), "q8_0" /
+# "f16" (it requantized, under DIR/models), a tiny family (under DIR/models).
 RECORDINGS: dict[str, tuple[str, bool, list[tuple[str, str]]]] = {
     "tiny-big-q8.jsonl": ("tiny-big-q8", True, [("default", "tiny-big-q8-default"), ("short", "tiny-big-q8-short")]),
     "tiny-wide.jsonl": ("tiny-wide", True, [("default", "tiny-wide-default"), ("short", "tiny-wide-short")]),
@@ -146,14 +166,18 @@ RECORDINGS: dict[str, tuple[str, bool, list[tuple[str, str]]]] = {
     "gemma_f16.jsonl": ("f16", False, [(s, f"gemma-F16-{s}") for s in ("default", "short", "long")]),
     "gemma_q8.jsonl": ("q8_0", False, [(s, f"gemma-Q8_0-{s}") for s in ("default", "short", "long")]),
     "gemma_heldout.jsonl": ("gemma", False, [("heldout", "gemma-heldout")]),
+    "gemma_l12.jsonl": ("gemma", True, [("default", "gemma-L12-default"), ("short", "gemma-L12-short")]),
+    "gemma_l12_heldout.jsonl": ("gemma", True, [("heldout", "gemma-L12-heldout")]),
     "gemma_f16_heldout.jsonl": ("f16", False, [("heldout", "gemma-F16-heldout")]),
     "gemma_q8_heldout.jsonl": ("q8_0", False, [("heldout", "gemma-Q8_0-heldout")]),
 }
 ANSWER_TOKENS = 256  # per recorded answer: the suites replay 64- and 256-token answers
+LAYER_DRAFT_BLOCKS = 12  # of Gemma 3 270M's 18: agrees on 40%-95% of each default prompt's tokens
 
 
 def record(gemma: Path, folder: Path, threads: int) -> None:
     """Write every recording of RECORDINGS missing from ``folder`` (each whole or not at all)."""
+    from layer_draft import write_layer_draft
     from matrix import write_case
     from specdec_gguf.engines.llama_cpp.quantize import requantize
 
@@ -167,6 +191,10 @@ def record(gemma: Path, folder: Path, threads: int) -> None:
         draft = None
         if model == "gemma":
             target = gemma
+            if with_draft:
+                draft = models / f"{gemma.stem}-L{LAYER_DRAFT_BLOCKS}.gguf"
+                if not draft.exists():
+                    write_layer_draft(gemma, draft, LAYER_DRAFT_BLOCKS)
         elif model in ("q8_0", "f16"):
             target = models / f"{gemma.stem}-{model}.gguf"
             if not target.exists():

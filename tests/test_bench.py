@@ -823,6 +823,30 @@ def test_judge_records_what_is_missing_and_keeps_what_is_there(tmp_path, monkeyp
     assert not list(tmp_path.glob("*.partial"))
 
 
+def test_judge_records_gemma_with_its_first_blocks_as_the_draft(tmp_path, monkeypatch):
+    """A recording of "gemma" with a draft: the draft is the model's first LAYER_DRAFT_BLOCKS blocks
+    (benchmarks/layer_draft.py), written once under DIR/models and teacher-forced into the recording (a tiny
+    4-block model stands in for Gemma). Fails if no draft were made, or the whole model recorded as its own draft
+    (it would agree everywhere: the 1-block cut of a random model does not)."""
+    import json
+
+    import gguf
+
+    from specdec_gguf.tiny import write_tiny_model
+
+    judge = _benchmark("judge")
+    monkeypatch.setattr(judge, "RECORDINGS", {"g.jsonl": ("gemma", True, [("short", "g-short")])})
+    monkeypatch.setattr(judge, "ANSWER_TOKENS", 8)
+    monkeypatch.setattr(judge, "LAYER_DRAFT_BLOCKS", 1)
+    model = write_tiny_model(tmp_path / "model.gguf", n_layers=4)
+    judge.record(model, tmp_path, threads=1)
+    draft = tmp_path / "models" / "model-L1.gguf"
+    assert gguf.GGUFReader(str(draft)).fields["llama.block_count"].contents() == 1
+    lines = [json.loads(line) for line in (tmp_path / "g.jsonl").read_text().splitlines()]
+    agree = [a for line in lines for a in line["draft_agree"][len(line["prompt"]):]]
+    assert len(lines) == 5 and len(agree) == 5 * 8 and not all(agree)
+
+
 def test_judge_verdict_names_the_simulations_whose_worst_trace_fell():
     """judge.verdict: per variant, its geomean over plain against the shipped constants' (over every row of
     every simulation) and the simulations whose worst trace fell by more than WORST_FALL. Fails if a fall
