@@ -43,6 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import policy_suite  # noqa: E402
+from layer_draft import GEMMA_DRAFT_BLOCKS, write_layer_draft  # noqa: E402
 
 # One target pass over n tokens, as policy_sim.py --curve takes it: NAME=T1_MS:R2,R3,R5,R9,R17,R33,R65:SWITCH
 # (T(1) in ms; T(n) / T(1) for n = 2, 3, 5, 9, 17, 33, 65; what a plain step pays more after a verify pass, as a
@@ -172,12 +173,11 @@ RECORDINGS: dict[str, tuple[str, bool, list[tuple[str, str]]]] = {
     "gemma_q8_heldout.jsonl": ("q8_0", False, [("heldout", "gemma-Q8_0-heldout")]),
 }
 ANSWER_TOKENS = 256  # per recorded answer: the suites replay 64- and 256-token answers
-LAYER_DRAFT_BLOCKS = 12  # of Gemma 3 270M's 18: agrees on 40%-95% of each default prompt's tokens
+LAYER_DRAFT_BLOCKS = GEMMA_DRAFT_BLOCKS  # (agrees on 40%-95% of each default prompt's tokens)
 
 
 def record(gemma: Path, folder: Path, threads: int) -> None:
     """Write every recording of RECORDINGS missing from ``folder`` (each whole or not at all)."""
-    from layer_draft import write_layer_draft
     from matrix import write_case
     from specdec_gguf.engines.llama_cpp.quantize import requantize
 

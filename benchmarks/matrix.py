@@ -17,7 +17,9 @@ Cases (each: plain, fixed k, adaptive; a fresh decoder per trial, as `specdec ru
   1 thread a 2-token pass costs 2.9 and 3.2 one-token passes, against Q4_K_M's 2.4), with prompt lookup on
   the short and default sets;
 - a real draft-model pair, ``gemma-f16-draft``: the F16 target drafted by the Q4_K_M original, which
-  agrees with it on most tokens but costs 0.65-0.8 of its pass: drafting hardly pays, so it must not lose.
+  agrees with it on most tokens but costs 0.65-0.8 of its pass: drafting hardly pays, so it must not lose;
+- ``gemma-l12-draft``: Gemma drafted by its own first 12 blocks (benchmarks/layer_draft.py), on the short set: a
+  trained draft that agrees on 40%-95% of tokens at 0.8-0.9 of a target pass, where no fixed k pays.
 - ``tiny-deep-q4k`` and ``tiny-deep24-q4k`` (only when named): the issue's two draft pairs, a 16-layer d2048 Q4_K_M
   target (~0.8B parameters, 474 MB) whose 2-layer draft agrees on 84% of first tokens (drafting pays), and a
   24-layer d1024 one (178 MB) whose 2-layer draft agrees on ~55% (it barely does); ``tiny-gqa24-q4k`` (only when
@@ -28,7 +30,8 @@ Cases (each: plain, fixed k, adaptive; a fresh decoder per trial, as `specdec ru
 Cases are named in ``--only``: tiny-f32, tiny-wide, tiny-mid-q8, tiny-big-q8, tiny-deep-q4k, tiny-deep24-q4k, tiny-gqa24-q4k,
 tiny-gqa12-q4k,
 gemma, gemma-f16, gemma-q8_0,
-gemma-f16-draft (the requantized ones are written from ``--gemma`` into a temporary folder, ~4 s).
+gemma-f16-draft, gemma-l12-draft (the requantized ones and the layer draft are written from ``--gemma`` into a
+temporary folder, ~4 s).
 Prints adaptive / plain per prompt (the bound: >= 0.97x everywhere) and adaptive / best fixed k.
 Run it on an otherwise idle machine: two busy cores ruin the ratios.
 """
@@ -52,6 +55,7 @@ from specdec_gguf.factory import open_engine  # noqa: E402
 from specdec_gguf.prompts import PROMPT_SETS  # noqa: E402
 from specdec_gguf.settings import DrafterSettings, EngineSettings  # noqa: E402
 from specdec_gguf.tiny import TinyFamily, TinyShape, write_tiny_family  # noqa: E402
+from layer_draft import GEMMA_DRAFT_BLOCKS, write_layer_draft  # noqa: E402
 
 TINY = {  # name: (target layers, draft layers, gain, shape, dtype)
     "tiny-f32": (4, 1, 0.25, TinyShape(), "f32"),
@@ -163,6 +167,18 @@ def lookup_rows(name: str, model: Path, plan: list[tuple[str, int]], threads: li
     return rows
 
 
+def draft_rows(name: str, target: Path, draft: Path, prompt_set: str, n: int, threads: list[int], repeats: int,
+               peer_bin: Path | None, sampling: SamplingParams, exact: bool = False) -> list[dict]:
+    """A real draft-model pair's case at each thread count, llama.cpp's draft-simple beside it (given its binary)."""
+    rows = []
+    for t in threads:
+        peers = [LlamaCppPeer(peer_bin, target, "draft-simple", draft=draft, threads=t, draft_max=8,
+                              exact=exact)] if peer_bin else []
+        rows.append(run_case(name, target, draft, "draft-model", prompt_set, n, t, repeats, peers, sampling,
+                             exact=exact))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gemma", type=Path, help="Gemma 3 270M GGUF (skip Gemma cases without it)")
@@ -216,11 +232,13 @@ def main() -> None:
                                                     ("default", lengths[-1])], threads, args.repeats, peer_bin, sampling,
                                     exact=args.exact)
                 continue
-            for t in threads:  # the original Q4_K_M drafts for its F16 requantization
-                peers = [LlamaCppPeer(peer_bin, variant, "draft-simple", draft=args.gemma, threads=t,
-                                      draft_max=8, exact=args.exact)] if peer_bin else []
-                rows.append(run_case(name, variant, args.gemma, kind, "default", lengths[0], t, args.repeats,
-                                     peers, sampling, exact=args.exact))
+            # (the original Q4_K_M drafts for its F16 requantization)
+            rows += draft_rows(name, variant, args.gemma, "default", lengths[0], threads, args.repeats, peer_bin,
+                               sampling, exact=args.exact)
+        if args.gemma and (not only or "gemma-l12-draft" in only):  # (Gemma drafted by its own first blocks)
+            draft = write_layer_draft(args.gemma, Path(tmp) / "gemma-layer-draft.gguf", GEMMA_DRAFT_BLOCKS)
+            rows += draft_rows("gemma-l12-draft", args.gemma, draft, "short", lengths[0], threads, args.repeats,
+                               peer_bin, sampling, exact=args.exact)
     args.out.write_text(json.dumps(rows, indent=1))
     worst = min((v, r["case"], r["set"], r["n"], r["threads"], pid) for r in rows
                 for pid, v in r["adaptive_vs_plain"].items())

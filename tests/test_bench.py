@@ -699,6 +699,36 @@ def test_the_matrix_runs_its_targets_and_llama_cpp_peers_in_exact_mode_when_aske
     assert peers == [False] * len(matrix.NGRAM_MODES) + [True] * len(matrix.NGRAM_MODES)
 
 
+def test_the_matrix_drafts_gemma_with_its_own_first_blocks(monkeypatch, tmp_path, capsys):
+    """matrix.py's gemma-l12-draft case: ``--gemma``'s model drafted by its first GEMMA_DRAFT_BLOCKS blocks
+    (benchmarks/layer_draft.py), on the short set at each thread count, llama.cpp's draft-simple given the same
+    pair (a tiny 4-block model stands in for Gemma, cut to 1 block). Fails if the case drafted with another
+    file, left out a thread count or gave the peer no draft."""
+    import gguf
+
+    from specdec_gguf.tiny import write_tiny_model
+
+    matrix = _benchmark("matrix")
+    model = write_tiny_model(tmp_path / "model.gguf", n_layers=4)
+    cases, peers = [], []
+
+    def run_case(name, target, draft, kind, prompt_set, n, threads, repeats, case_peers, sampling, exact=False):
+        blocks = gguf.GGUFReader(str(draft)).fields["llama.block_count"].contents()
+        cases.append((name, target, blocks, kind, prompt_set, n, threads, len(case_peers)))
+        return {"case": name, "set": prompt_set, "n": n, "threads": threads, "adaptive_vs_plain": {"p": 1.0}}
+
+    monkeypatch.setattr(matrix, "run_case", run_case)
+    monkeypatch.setattr(matrix, "LlamaCppPeer", lambda binary, target, mode, draft=None, **kwargs:
+                        peers.append((target, mode, draft is not None)))
+    monkeypatch.setattr(matrix, "GEMMA_DRAFT_BLOCKS", 1)
+    monkeypatch.setattr("sys.argv", ["matrix.py", "--gemma", str(model), "--only", "gemma-l12-draft", "--threads",
+                                     "1,2", "-n", "8", "--peer-bin", "peer", "--out", str(tmp_path / "m.json")])
+    matrix.main()
+    assert cases == [("gemma-l12-draft", model, 1, "draft-model", "short", 8, t, 1) for t in (1, 2)]
+    assert peers == [(model, "draft-simple", True)] * 2
+    assert "worst adaptive/plain" in capsys.readouterr().out
+
+
 def test_the_matrix_writes_a_q4_k_m_case_by_requantizing_and_keeps_only_the_pair(monkeypatch, tmp_path):
     """A matrix case in Q4_K_M (tiny-deep-q4k) is written as Q8_0 and requantized: the folder then holds the
     Q4_K_M pair alone and both files decode. Fails if the Q8_0 files were left beside them (a 1 GB case) or the
