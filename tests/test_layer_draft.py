@@ -53,3 +53,22 @@ def test_a_cut_keeps_at_least_one_block_and_drops_at_least_one(tmp_path):
     with pytest.raises(ConfigError, match="no GGUF file"):
         write(tmp_path / "missing.gguf", tmp_path / "cut.gguf", 1)
     assert write(family.target, tmp_path / "cut.gguf", 3).is_file()
+
+
+def test_a_value_per_block_is_cut_with_the_blocks(tmp_path):
+    """An architecture's value given per block (here the key/value head count, as an array) keeps the kept blocks'
+    entries, so llama.cpp reads one per block of the cut model; other arrays and values stay whole. Fails if the
+    array were copied whole or cut where it is not per block."""
+    import gguf as gguf_module
+    from gguf_edit import rewrite
+
+    family = write_tiny_family(tmp_path / "family", target_layers=4, draft_layers=1)
+    per_block = rewrite(family.target, tmp_path / "per-block.gguf", {"llama.attention.head_count_kv": [4, 4, 2, 2]},
+                        types={"llama.attention.head_count_kv": gguf_module.GGUFValueType.ARRAY})
+    cut = _layer_draft().write_layer_draft(per_block, tmp_path / "cut.gguf", 2)
+    fields = gguf.GGUFReader(str(cut)).fields
+    assert list(fields["llama.attention.head_count_kv"].contents()) == [4, 4]
+    assert len(fields["tokenizer.ggml.tokens"].contents()) == len(
+        gguf.GGUFReader(str(family.target)).fields["tokenizer.ggml.tokens"].contents())
+    with LlamaCppEngine(cut, n_ctx=128, n_threads=1) as engine:
+        assert engine.forward_logits([1, 2, 3]).shape[0] == 3
