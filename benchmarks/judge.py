@@ -151,7 +151,7 @@ SUITES: dict[str, list[tuple[str, str, str]]] = {
 }
 
 # Per recording, what makes it: (model, with its draft, prompt sets, trace id prefix per set). Models: "gemma"
-# (--gemma; its draft: its first LAYER_DRAFT_BLOCKS blocks, benchmarks/layer_draft.py, under DIR/models), "q8_0" /
+# (--gemma; its draft: its first GEMMA_DRAFT_BLOCKS blocks, benchmarks/layer_draft.py, under DIR/models), "q8_0" /
 # "f16" (it requantized, under DIR/models), a tiny family (under DIR/models).
 RECORDINGS: dict[str, tuple[str, bool, list[tuple[str, str]]]] = {
     "tiny-big-q8.jsonl": ("tiny-big-q8", True, [("default", "tiny-big-q8-default"), ("short", "tiny-big-q8-short")]),
@@ -173,7 +173,6 @@ RECORDINGS: dict[str, tuple[str, bool, list[tuple[str, str]]]] = {
     "gemma_q8_heldout.jsonl": ("q8_0", False, [("heldout", "gemma-Q8_0-heldout")]),
 }
 ANSWER_TOKENS = 256  # per recorded answer: the suites replay 64- and 256-token answers
-LAYER_DRAFT_BLOCKS = GEMMA_DRAFT_BLOCKS  # (agrees on 40%-95% of each default prompt's tokens)
 
 
 def record(gemma: Path, folder: Path, threads: int) -> None:
@@ -192,9 +191,9 @@ def record(gemma: Path, folder: Path, threads: int) -> None:
         if model == "gemma":
             target = gemma
             if with_draft:
-                draft = models / f"{gemma.stem}-L{LAYER_DRAFT_BLOCKS}.gguf"
+                draft = models / f"{gemma.stem}-L{GEMMA_DRAFT_BLOCKS}.gguf"
                 if not draft.exists():
-                    write_layer_draft(gemma, draft, LAYER_DRAFT_BLOCKS)
+                    write_layer_draft(gemma, draft, GEMMA_DRAFT_BLOCKS)
         elif model in ("q8_0", "f16"):
             target = models / f"{gemma.stem}-{model}.gguf"
             if not target.exists():

@@ -854,7 +854,7 @@ def test_judge_records_what_is_missing_and_keeps_what_is_there(tmp_path, monkeyp
 
 
 def test_judge_records_gemma_with_its_first_blocks_as_the_draft(tmp_path, monkeypatch):
-    """A recording of "gemma" with a draft: the draft is the model's first LAYER_DRAFT_BLOCKS blocks
+    """A recording of "gemma" with a draft: the draft is the model's first GEMMA_DRAFT_BLOCKS blocks
     (benchmarks/layer_draft.py), written once under DIR/models and teacher-forced into the recording (a tiny
     4-block model stands in for Gemma). Fails if no draft were made, or the whole model recorded as its own draft
     (it would agree everywhere: the 1-block cut of a random model does not)."""
@@ -867,7 +867,7 @@ def test_judge_records_gemma_with_its_first_blocks_as_the_draft(tmp_path, monkey
     judge = _benchmark("judge")
     monkeypatch.setattr(judge, "RECORDINGS", {"g.jsonl": ("gemma", True, [("short", "g-short")])})
     monkeypatch.setattr(judge, "ANSWER_TOKENS", 8)
-    monkeypatch.setattr(judge, "LAYER_DRAFT_BLOCKS", 1)
+    monkeypatch.setattr(judge, "GEMMA_DRAFT_BLOCKS", 1)
     model = write_tiny_model(tmp_path / "model.gguf", n_layers=4)
     judge.record(model, tmp_path, threads=1)
     draft = tmp_path / "models" / "model-L1.gguf"

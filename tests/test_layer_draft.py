@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
 from pathlib import Path
 
 import gguf
@@ -13,13 +11,11 @@ import pytest
 from specdec_gguf.engines import LlamaCppEngine
 from specdec_gguf.errors import ConfigError
 from specdec_gguf.tiny import write_tiny_family
+from test_bench import _benchmark  # (tests/ is on sys.path: pytest's rootdir conftest)
 
 
 def _layer_draft():
-    folder = str(Path(__file__).resolve().parents[1] / "benchmarks")
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    return importlib.import_module("layer_draft")
+    return _benchmark("layer_draft")
 
 
 def _logits(path: Path, tokens: list[int]) -> np.ndarray:
@@ -59,12 +55,11 @@ def test_a_value_per_block_is_cut_with_the_blocks(tmp_path):
     """An architecture's value given per block (here the key/value head count, as an array) keeps the kept blocks'
     entries, so llama.cpp reads one per block of the cut model; other arrays and values stay whole. Fails if the
     array were copied whole or cut where it is not per block."""
-    import gguf as gguf_module
     from gguf_edit import rewrite
 
     family = write_tiny_family(tmp_path / "family", target_layers=4, draft_layers=1)
     per_block = rewrite(family.target, tmp_path / "per-block.gguf", {"llama.attention.head_count_kv": [4, 4, 2, 2]},
-                        types={"llama.attention.head_count_kv": gguf_module.GGUFValueType.ARRAY})
+                        types={"llama.attention.head_count_kv": gguf.GGUFValueType.ARRAY})
     cut = _layer_draft().write_layer_draft(per_block, tmp_path / "cut.gguf", 2)
     fields = gguf.GGUFReader(str(cut)).fields
     assert list(fields["llama.attention.head_count_kv"].contents()) == [4, 4]
