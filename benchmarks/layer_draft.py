@@ -51,7 +51,7 @@ def write_layer_draft(source: str | Path, dest: str | Path, blocks: int) -> Path
     have = int(reader.fields[count_key].contents())
     if not 1 <= blocks < have:
         raise ConfigError(f"blocks={blocks!r} must be 1 to {have - 1} ({source} has {have} blocks)")
-    kept = [t for t in reader.tensors if (block_of(t.name) is None or block_of(t.name) < blocks)]
+    kept = [t for t in reader.tensors if (block := block_of(t.name)) is None or block < blocks]
     with written_whole(dest) as partial:
         writer = gguf.GGUFWriter(str(partial), arch)
         for name, field in reader.fields.items():

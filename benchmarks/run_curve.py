@@ -89,9 +89,8 @@ def draft_line(rounds: Sequence[Round]) -> tuple[float, float]:
     ys = [r[2] for r in rounds]
     if len(set(xs)) < 2:
         raise SystemExit(f"every proposal had {xs[0] if xs else 0:.0f} tokens: no line through them")
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return my - slope * mx, slope
+    slope, intercept = statistics.linear_regression(xs, ys)
+    return intercept, slope
 
 
 def curve_entry(name: str, t1: float, runs: dict[int, float], timed: dict[int, float], switch: float) -> str:

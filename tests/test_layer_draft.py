@@ -35,8 +35,9 @@ def test_a_cut_target_is_the_draft_made_of_its_first_blocks(tmp_path):
     assert mine.fields["llama.block_count"].contents() == 1
     assert mine.fields["general.name"].contents() == source.fields["general.name"].contents()
     tokens = list(range(1, 20))
-    np.testing.assert_array_equal(_logits(cut, tokens), _logits(family.draft, tokens))
-    assert not np.allclose(_logits(cut, tokens), _logits(family.target, tokens))  # (the cut took blocks away)
+    logits = _logits(cut, tokens)
+    np.testing.assert_array_equal(logits, _logits(family.draft, tokens))
+    assert not np.allclose(logits, _logits(family.target, tokens))  # (the cut took blocks away)
 
 
 def test_a_cut_keeps_at_least_one_block_and_drops_at_least_one(tmp_path):
