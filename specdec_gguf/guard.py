@@ -31,14 +31,17 @@ class GainGuard:
     something) cost at most ``quiet_share`` of the rounds, at what the quiet rounds lost each.
     ``fresh_after_pause``: a pause on the window's losses (not a quiet one) empties the window, so the next
     verdict rests on rounds after it (``min_rounds`` of them); else the rounds it paused on stay, and the
-    first round after the pause pauses again, for twice as long, unless it wins back what they lost.
+    first round after the pause pauses again, for twice as long, unless it wins back what they lost, or
+    (``resume_on_gain``) gains at all: then drafting goes on, and the next round that leaves the window losing
+    pauses it, for the doubled interval.
     """
 
     def __init__(self, *, window: int, min_rounds: int, tolerance: float, slack: float, first_pause: int,
                  max_pause: int, quiet_rounds: int | None = None, quiet_pause: int | None = None,
-                 quiet_again: int | None = None, quiet_share: float = 0.0, fresh_after_pause: bool = False) -> None:
+                 quiet_again: int | None = None, quiet_share: float = 0.0, fresh_after_pause: bool = False,
+                 resume_on_gain: bool = False) -> None:
         self.min_rounds, self.tolerance, self.slack = min_rounds, tolerance, slack
-        self.fresh_after_pause = fresh_after_pause
+        self.fresh_after_pause, self.resume_on_gain = fresh_after_pause, resume_on_gain
         self.quiet_share = quiet_share
         self.quiet_rounds = window if quiet_rounds is None else min(quiet_rounds, window)
         self.quiet_again = self.quiet_rounds if quiet_again is None else min(quiet_again, self.quiet_rounds)
@@ -54,6 +57,7 @@ class GainGuard:
         self._interval = first_pause
         self._asked = False  # whether this round consulted the drafter
         self._quiet = 0  # scored rounds in a row that verified nothing
+        self._after_pause = False  # the next scored round is the first after a pause
 
     def _sized(self, lost: float) -> int:
         """The pause after which ``quiet_again`` quiet rounds cost at most ``quiet_share`` of the rounds, each
@@ -120,6 +124,7 @@ class GainGuard:
             self._gains[-1] -= min(max(verify_seconds / self._plain_round - 1.0, 0.0), 1.0)
         if not asked:
             return
+        after_pause, self._after_pause = self._after_pause, False
         if verified == 0:
             score = -draft_seconds / self._plain_round
         else:
@@ -141,11 +146,14 @@ class GainGuard:
         if not quiet_loss and len(self._gains) < self.min_rounds:
             return
         loss = -sum(self._gains) - self.tolerance * len(self._gains)
-        if quiet_loss or (loss > self.slack and (sum(self._verified) >= self.min_rounds
-                                                  or loss > self.slack * len(self._gains) / 8)):
+        # (The pause was the verdict on the rounds before it: the first after it that gains goes on.)
+        resumed = after_pause and score > 0.0 and self.resume_on_gain
+        if quiet_loss or (not resumed and loss > self.slack and (sum(self._verified) >= self.min_rounds
+                                                                  or loss > self.slack * len(self._gains) / 8)):
             pause = max(self._interval, self.quiet_pause, self._sized(quiet_lost / needed)) if quiet_loss \
                 else self._interval
             self._pause = min(pause, self.max_pause)
+            self._after_pause = True
             self._interval = min(2 * self._pause, self.max_pause)
             # The next pause on quiet rounds needs new ones: a copy that began meanwhile shows in them.
             # After quiet rounds fewer: the drafter already showed it finds nothing here, and its first

@@ -199,6 +199,51 @@ def test_a_pause_on_lost_bets_needs_new_rounds_before_the_next_when_the_window_s
     assert _losing_bets(guard, 40)[:3] == expected
 
 
+def _bets_after_a_pause(guard: GainGuard, first_after: tuple[int, int]) -> list[tuple[int, int]]:
+    """(rounds bet, rounds paused) of each pause while every round verifies 2 tokens and keeps 1 in 1.5 plain
+    steps (half a step lost), but the first round after the first pause, which keeps ``first_after``
+    (verified, generated) in 1.5 steps."""
+    guard.record(0, 1, 0.0, 1 * MS, after_verify=False)
+    betting, pauses = 0, []
+    for _ in range(30):
+        paused = guard.claim_pause()
+        if paused:
+            pauses.append((betting, paused))
+            betting = 0
+        verified, generated = first_after if len(pauses) == 1 and betting == 0 else (2, 1)
+        guard.asked()
+        guard.record(verified, generated, 0.0, 1.5 * MS, after_verify=False)
+        betting += 1
+    return pauses
+
+
+@pytest.mark.parametrize("resume, first_after, expected", [
+    (True, (2, 3), [(8, 8), (2, 16)]),  # it gained 1.5 tokens: drafting goes on; the next loss pauses
+    (False, (2, 3), [(8, 8), (1, 16)]),  # the rule before: the window still lost, so it paused again
+    (True, (2, 1), [(8, 8), (1, 16)]),  # it lost: paused again at once, for twice as long
+])
+def test_a_round_that_gains_right_after_a_pause_resumes_drafting(resume, first_after, expected):
+    """Bets lose for 8 rounds (half a step each): a pause of 8. The first round after it gains (3 tokens in
+    1.5 steps): with ``resume_on_gain`` drafting goes on, and the next losing round, the window still losing,
+    pauses for the doubled 16; without, the gaining round itself paused again. Negative control: a first
+    round that loses pauses again at once either way. Fails if a gaining round paused, or a losing one didn't."""
+    guard = GainGuard(window=24, min_rounds=8, tolerance=0.02, slack=2.0, first_pause=8, max_pause=64,
+                      resume_on_gain=resume)
+    assert _bets_after_a_pause(guard, first_after)[:2] == expected
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_the_schedule_hands_resume_on_gain_to_both_drafters_guards(on):
+    """ScheduleConstants.guard_resume_on_gain reaches the guard of a draft model and of prompt lookup. Fails if
+    either drafter's guard ignored it."""
+    from specdec_gguf.schedule import ScheduleConstants
+
+    for free_drafter in (True, False):
+        schedule = AdaptiveSchedule(8, free_drafter=free_drafter, priors={True: [0.5], False: [0.5]},
+                                    constants=ScheduleConstants(guard_resume_on_gain=on))
+        assert schedule.guard.resume_on_gain is on
+
+
 @pytest.mark.parametrize("free_drafter, on, fresh", [(True, True, True), (False, True, False), (True, False, False)])
 def test_only_a_free_drafters_guard_starts_afresh_after_a_pause(free_drafter, on, fresh):
     """ScheduleConstants.guard_fresh_after_pause reaches prompt lookup's guard, not a draft model's (each round
