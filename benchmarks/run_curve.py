@@ -13,7 +13,8 @@ not read, on an empty temporary user cache. Then
 
 - T(1): the plain runs' generation seconds over their tokens (a plain step in a run of plain steps);
 - T(n), n = 2, 3, 5, 9: the drafted runs' verify passes of n tokens, the median of each size (a size no round
-  verified is interpolated between its neighbours);
+  verified is interpolated between its neighbours; without a pass of 9 tokens, ``--k`` under 8, no curve is
+  printed: what a longer pass costs can't be read off shorter ones);
 - T(17), T(33), T(65) and the switch: timed once as measure_curve.py times them, the larger sizes scaled by the
   runs' T(9) over the timed one (the runs verify at most k + 1 tokens);
 - the draft: a least-squares line through each proposal's draft seconds against its length, over T(1): a
@@ -63,7 +64,9 @@ def recording(cls: type, rounds: list[Round]) -> type:
 
 def verify_costs(rounds: Sequence[Round], sizes: Sequence[int] = RUN_SIZES) -> dict[int, float]:
     """The median verify pass of each of ``sizes`` (verified drafted tokens + 1) in ``rounds``; a size no round
-    verified is interpolated linearly between the nearest sizes that have one (beyond them: the nearest)."""
+    verified is interpolated linearly between the nearest sizes that have one (below them: the smallest); a size
+    past the runs' longest pass is left out: nothing says what a longer one costs (a run with ``--k 4`` took its
+    T(5) for T(9), and the timed larger sizes were scaled by it)."""
     by_size: dict[int, list[float]] = defaultdict(list)
     for _, verified, _, seconds in rounds:
         by_size[verified + 1].append(seconds)
@@ -71,11 +74,11 @@ def verify_costs(rounds: Sequence[Round], sizes: Sequence[int] = RUN_SIZES) -> d
     if not known:
         raise SystemExit("no round verified a drafted token: nothing to read the verify passes from")
     costs = {}
-    for n in sizes:
+    for n in (n for n in sizes if n <= max(known)):
         below = [m for m in known if m <= n]
         above = [m for m in known if m >= n]
-        if not below or not above:
-            costs[n] = known[max(below) if below else min(above)]
+        if not below:
+            costs[n] = known[min(above)]
             continue
         lo, hi = max(below), min(above)
         costs[n] = known[lo] if lo == hi else known[lo] + (known[hi] - known[lo]) * (n - lo) / (hi - lo)
@@ -178,15 +181,20 @@ def measure_runs(args: argparse.Namespace) -> None:
     runs = verify_costs(rounds)
     overhead, per_token = draft_line(rounds)
     name = args.name or args.model.stem
-    print(f"curve: {curve_entry(name, t1, runs, timed.seconds, timed.switch_seconds)}")
+    longest = max(runs)
+    if longest == RUN_SIZES[-1]:
+        print(f"curve: {curve_entry(name, t1, runs, timed.seconds, timed.switch_seconds)}")
+    else:
+        print(f"curve: not read (the runs' longest verify pass held {longest} tokens, T({RUN_SIZES[-1]}) can't be read "
+              f"off them: run with --k {RUN_SIZES[-1] - 1} or more)")
     print(draft_summary(overhead, per_token, t1, len(rounds)))
     for arm in list(arms)[1:]:
         ratios = {pid: statistics.median(seconds[("plain", pid)]) / statistics.median(seconds[(arm, pid)])
                   for pid in texts}
         print(f"{arm}: {geomean(list(ratios.values())):.3f}x plain ("
               + ", ".join(f"{pid} {r:.3f}x" for pid, r in ratios.items()) + ")")
-    print(f"(the timed curve's T(9) {timed.seconds[9] * 1e3:.3f} ms, the runs' {runs[9] * 1e3:.3f} ms; "
-          f"{sum(1 for r in rounds if r[1])} verify passes read)")
+    print(f"(the timed curve's T(9) {timed.seconds[9] * 1e3:.3f} ms, the runs' T({longest}) {runs[longest] * 1e3:.3f} "
+          f"ms; {sum(1 for r in rounds if r[1])} verify passes read)")
 
 
 if __name__ == "__main__":

@@ -1120,7 +1120,7 @@ def test_policy_suite_jitter_reports_each_run_over_neighbouring_costs():
 
 def test_run_curve_reads_each_verify_size_and_the_drafts_line_off_the_rounds():
     """benchmarks/run_curve.py: each size's median verify pass (a size no round verified interpolated between its
-    neighbours, the nearest beyond them), a least-squares line through the drafts' seconds against their lengths,
+    neighbours, the smallest below them; none past the longest pass), a least-squares line through the drafts' seconds against their lengths,
     and a curve entry with the runs' sizes up to 9 and the timed larger ones scaled by the runs' T(9). Fails if a
     size were read off the wrong rounds (verified + 1 tokens a pass), the line were not fitted, or the larger sizes
     were not scaled."""
@@ -1140,6 +1140,8 @@ def test_run_curve_reads_each_verify_size_and_the_drafts_line_off_the_rounds():
     assert policy_sim.parse_curve(entry) == "m"  # (what policy_sim.py and judge.py take)
     with pytest.raises(SystemExit, match="no round verified"):
         run_curve.verify_costs([(1, 0, 0.001, 0.004)])
+    # Passes of at most 5 tokens (a run with --k 4): T(9) is not read, not taken for T(5).
+    assert run_curve.verify_costs([r for r in rounds if r[1] < 8]) == pytest.approx({2: 0.002, 3: 0.003, 5: 0.005})
     assert run_curve.draft_summary(0.0005, 0.001, 0.01, 9).startswith("draft: 0.100+0.050 (")
     assert "below zero" in run_curve.draft_summary(-0.0005, 0.001, 0.01, 9)
     assert "below zero" not in run_curve.draft_summary(0.0, 0.001, 0.01, 9)
@@ -1159,11 +1161,11 @@ def test_run_curve_times_plain_fixed_k_and_adaptive_runs_and_prints_their_entry(
     policy_sim = _benchmark("policy_sim")
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "user"))
     run_curve.main([str(tiny_family.target), "--draft", str(tiny_family.draft), "-t", "1", "-n", "12", "--runs", "2",
-                    "--k", "4", "--name", "tiny"])
+                    "--k", "8", "--name", "tiny"])
     out = capsys.readouterr().out
     curve = re.search(r"^curve: (\S+)$", out, re.M)
     draft = re.search(r"^draft: (-?[\d.]+)\+(-?[\d.]+) \(.*; (\d+) proposals\)$", out, re.M)
     assert curve and draft and int(draft.group(3)) > 0
     assert policy_sim.parse_curve(curve.group(1)) == "tiny"
-    assert re.search(r"^k = 4: [\d.]+x plain \(", out, re.M) and re.search(r"^adaptive: [\d.]+x plain \(", out, re.M)
+    assert re.search(r"^k = 8: [\d.]+x plain \(", out, re.M) and re.search(r"^adaptive: [\d.]+x plain \(", out, re.M)
     assert not (tmp_path / "user").exists() and os.environ["SPECDEC_CACHE_DIR"] == str(tmp_path / "user")
