@@ -42,8 +42,9 @@ class VerifyCosts:
     """
 
     def __init__(self, profile: CostProfile | None, sizes: int, *, window: int, refresh_every: int,
-                 refresh_seconds: float) -> None:
+                 refresh_seconds: float, bound_by_passes: bool = False) -> None:
         self.profile = profile
+        self.bound_by_passes = bound_by_passes
         self.refresh_every, self.refresh_seconds = refresh_every, refresh_seconds
         self._sizes = sizes
         # The profile's T(n), or n itself without one (then the fit makes it linear in T(1)).
@@ -154,8 +155,27 @@ class VerifyCosts:
         for i, p in enumerate(shape):
             floor = max(floor, scale * p + per_token * i, 1e-9)  # a longer pass never costs less
             table.append(floor)
+        if self.bound_by_passes:
+            self._bound_by_passes(table)
         self.table = table
         return table
+
+    def _bound_by_passes(self, table: list[float]) -> None:
+        """Lower ``table`` where this run's passes say the profile priced a size too dear: a pass over n tokens costs
+        at most what ceil(n / m) passes over m tokens do, for each size m timed in the window (its median). A size
+        priced too dear is never verified, so never timed: a profile timed in a busy moment (the first run after
+        installing: 5- and 9-token passes at 1.6x) kept the demo at 2-token passes, 2.0x plain against 3.8x."""
+        by_size: dict[int, list[float]] = {}
+        for n, t, _ in self._recent:
+            if n > 1:
+                by_size.setdefault(n, []).append(t)
+        for m, times in by_size.items():
+            tm = statistics.median(times)
+            for n in range(m + 1, len(table) + 1):
+                if n not in by_size:  # (a size the window timed is fitted from its own passes)
+                    table[n - 1] = min(table[n - 1], -(-n // m) * tm)
+        for i in range(1, len(table)):
+            table[i] = max(table[i], table[i - 1])  # (a longer pass never costs less: nor than a timed one)
 
 
 class DraftPrice:

@@ -129,6 +129,13 @@ class ScheduleConstants:
     # windows, the start decision) costs 20-60 us: 10% of a tiny model's round if done every 8.
     refresh_costs_every: int = 8
     refresh_costs_seconds: float = 0.04
+    # ... and each rebuild prices a pass over n tokens at no more than ceil(n / m) of this run's passes over m
+    # tokens, for each size m it verified (VerifyCosts bound_by_passes): the online fit keeps the profile's
+    # shape for sizes it doesn't verify, and a size the profile prices too dear is never verified. A profile
+    # timed in a busy moment, its 5- and 9-token passes at 1.6x what they cost (three first runs in a row
+    # after installing, on the model 167 host), kept the demo at 2-token passes, 2.0x plain against 3.8x; a
+    # correct profile's curve is never above the bound (a pass is never dearer than passes splitting it).
+    bound_by_passes: bool = True
     # The realized-gain guard (guard.py): when the last ``guard_window`` rounds that consulted the
     # drafter (at least ``guard_min_rounds``) lost more than ``guard_tolerance`` of a plain step each,
     # drafting pauses for probe_interval rounds, doubling up to ``guard_max_pause``. The tolerance
@@ -435,7 +442,7 @@ class AdaptiveSchedule:
         self.profile = target_costs
         self.free_drafter = free_drafter
         self._verify = VerifyCosts(target_costs, k_max + 1, window=c.cost_window, refresh_every=c.refresh_costs_every,
-                                   refresh_seconds=c.refresh_costs_seconds)
+                                   refresh_seconds=c.refresh_costs_seconds, bound_by_passes=c.bound_by_passes)
         self.draft_price = DraftPrice(draft_costs, window=c.cost_window, max_catch_up=draft_catch_up,
                                       remembered=draft_scale if c.remember_draft_price else None,
                                       last_logits=c.catch_up_from_prefill, overhead=c.draft_overhead,

@@ -644,3 +644,52 @@ def test_profiles_of_the_older_format_are_measured_again(tmp_path, monkeypatch):
     for older in (1, 2, 3):
         path.write_text(json.dumps({**data, "format": older}))
         assert load_cached("m") is None
+
+
+@pytest.mark.parametrize("bound", [True, False])
+def test_a_size_the_run_never_verified_costs_at_most_the_passes_that_split_it(bound):
+    """VerifyCosts(bound_by_passes=): a profile timed in a busy moment priced 9-token passes at 4.5 ms where this
+    run's 3-token passes take 1.4 ms: a 9-token pass costs at most three of them (4.2). The 5-token passes the run
+    timed (3.0 ms, as the profile says) keep their own fit, not two 3-token passes' 2.8, and a 6-token pass costs no
+    less than they do (3.0, where the profile's line between 5 and 9 says 3.375). Negative control (off): the
+    profile's prices stand. Fails if the bound were not applied, or applied to a size the window timed."""
+    from specdec_gguf.costfit import VerifyCosts
+
+    profile = CostProfile({1: 1e-3, 2: 1.25e-3, 3: 1.4e-3, 5: 3.0e-3, 9: 4.5e-3})
+    costs = VerifyCosts(profile, 9, window=32, refresh_every=1, refresh_seconds=0.0, bound_by_passes=bound)
+    for _ in range(4):
+        costs.record(1, 1e-3, 1e-3)
+    for size, seconds in ((3, 1.4e-3), (5, 3.0e-3), (3, 1.4e-3), (5, 3.0e-3), (3, 1.4e-3)):
+        costs.record(size, seconds, seconds)
+    table = costs.refit()
+    assert (table[2], table[4]) == (pytest.approx(1.4e-3), pytest.approx(3.0e-3))
+    assert (table[5], table[8]) == ((pytest.approx(3.0e-3), pytest.approx(4.2e-3)) if bound
+                                    else (pytest.approx(3.375e-3), pytest.approx(4.5e-3)))
+    assert table == sorted(table)  # (a shorter pass never costs more)
+
+
+def test_a_copy_under_a_profile_timed_too_dear_is_verified_in_long_passes_again():
+    """The demo's first run after installing, simulated: prompt lookup on an answer that copies its input, on
+    gemma-epyc's curve, with a profile that priced 5- and 9-token passes at 1.6x what they cost. Without the bound
+    the run verified 2 tokens a pass to the end (never timing the dearer sizes); with it, it runs within 10% of a
+    run with the right profile. Fails if the online fit kept pricing the untimed sizes as the profile did."""
+    from specdec_gguf.drafters import PromptLookupDrafter
+    from specdec_gguf.settings import default_num_draft_tokens
+    from specdec_gguf.simulation import calibrated_profile
+
+    trace = next(t for t in synthetic_traces() if t.id == "copy-rename")
+    right = calibrated_profile("gemma-epyc")
+    dear = CostProfile({n: t * (1.6 if n >= 5 else 1.0) for n, t in right.seconds.items()},
+                       switch_seconds=right.switch_seconds)
+    plain = simulate_run(trace, "gemma-epyc", 160, 0).seconds
+
+    def ratio(profile: CostProfile, bound: bool) -> float:
+        schedule = AdaptiveSchedule(default_num_draft_tokens("prompt-lookup", True), target_costs=profile,
+                                    free_drafter=True, priors={g: PromptLookupDrafter().acceptance_priors(g)
+                                                               for g in (True, False)},
+                                    constants=ScheduleConstants(bound_by_passes=bound))
+        return plain / simulate_run(trace, "gemma-epyc", 160, None, schedule=schedule).seconds
+
+    stuck, freed, reference = ratio(dear, False), ratio(dear, True), ratio(right, True)
+    assert freed > 1.4 * stuck
+    assert freed > 0.9 * reference
