@@ -132,9 +132,11 @@ class ScheduleConstants:
     # ... and each rebuild prices a pass over n tokens at no more than ceil(n / m) of this run's passes over m
     # tokens, for each size m it verified (VerifyCosts bound_by_passes): the online fit keeps the profile's
     # shape for sizes it doesn't verify, and a size the profile prices too dear is never verified. A profile
-    # timed in a busy moment, its 5- and 9-token passes at 1.6x what they cost (three first runs in a row
-    # after installing, on the model 167 host), kept the demo at 2-token passes, 2.0x plain against 3.8x; a
-    # correct profile's curve is never above the bound (a pass is never dearer than passes splitting it).
+    # whose 5- and 9-token passes were timed at 1.6x what they cost kept the demo at 2-token passes, 2.1x plain
+    # against 3.8x (3.1x with the bound; the first run after installing on the model 167 host verified 2 tokens a
+    # pass alike to the end, 2.07x); a correct profile's curve is never above the bound (a pass is never dearer
+    # than the passes splitting it). Simulated and timed on right profiles: level (docs/performance.md,
+    # "forty-fifth").
     bound_by_passes: bool = True
     # The realized-gain guard (guard.py): when the last ``guard_window`` rounds that consulted the
     # drafter (at least ``guard_min_rounds``) lost more than ``guard_tolerance`` of a plain step each,
