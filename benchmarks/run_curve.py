@@ -104,6 +104,16 @@ def curve_entry(name: str, t1: float, runs: dict[int, float], timed: dict[int, f
     return f"{name}={t1 * 1e3:.3f}:" + ",".join(f"{r:.3f}" for r in ratios) + f":{switch / t1:.3f}"
 
 
+def curve_line(name: str, t1: float, runs: dict[int, float], timed: dict[int, float], switch: float) -> str:
+    """The printed ``curve:`` line: ``curve_entry``'s definition where the runs read every size up to 9, else why not
+    (sizes past the runs' longest pass can't be read off them)."""
+    longest = max(runs)
+    if longest < RUN_SIZES[-1]:
+        return (f"curve: not read (the runs' longest verify pass held {longest} tokens, T({RUN_SIZES[-1]}) can't be "
+                f"read off them: run with --k {RUN_SIZES[-1] - 1} or more)")
+    return f"curve: {curve_entry(name, t1, runs, timed, switch)}"
+
+
 def draft_summary(overhead: float, per_token: float, t1: float, proposals: int) -> str:
     """The draft's line as ``--recorded`` takes it (RATIO+OVERHEAD over T(1)), with a warning where a share came out
     negative (policy_suite.py refuses it: noise, or proposals too alike in length to tell the two apart)."""
@@ -182,11 +192,7 @@ def measure_runs(args: argparse.Namespace) -> None:
     overhead, per_token = draft_line(rounds)
     name = args.name or args.model.stem
     longest = max(runs)
-    if longest == RUN_SIZES[-1]:
-        print(f"curve: {curve_entry(name, t1, runs, timed.seconds, timed.switch_seconds)}")
-    else:
-        print(f"curve: not read (the runs' longest verify pass held {longest} tokens, T({RUN_SIZES[-1]}) can't be read "
-              f"off them: run with --k {RUN_SIZES[-1] - 1} or more)")
+    print(curve_line(name, t1, runs, timed.seconds, timed.switch_seconds))
     print(draft_summary(overhead, per_token, t1, len(rounds)))
     for arm in list(arms)[1:]:
         ratios = {pid: statistics.median(seconds[("plain", pid)]) / statistics.median(seconds[(arm, pid)])

@@ -1140,8 +1140,14 @@ def test_run_curve_reads_each_verify_size_and_the_drafts_line_off_the_rounds():
     assert policy_sim.parse_curve(entry) == "m"  # (what policy_sim.py and judge.py take)
     with pytest.raises(SystemExit, match="no round verified"):
         run_curve.verify_costs([(1, 0, 0.001, 0.004)])
-    # Passes of at most 5 tokens (a run with --k 4): T(9) is not read, not taken for T(5).
-    assert run_curve.verify_costs([r for r in rounds if r[1] < 8]) == pytest.approx({2: 0.002, 3: 0.003, 5: 0.005})
+    # Passes of at most 5 tokens (a run with --k 4): T(9) is not read, not taken for T(5), and no curve is printed.
+    short = run_curve.verify_costs([r for r in rounds if r[1] < 8])
+    assert short == pytest.approx({2: 0.002, 3: 0.003, 5: 0.005})
+    timed = {9: 0.0045, 17: 0.006, 33: 0.010, 65: 0.020}
+    assert run_curve.curve_line("m", 0.001, short, timed, 0.0002).startswith("curve: not read (the runs' longest "
+                                                                             "verify pass held 5 tokens")
+    assert run_curve.curve_line("m", 0.001, costs, timed, 0.0002) == "curve: " + run_curve.curve_entry(
+        "m", 0.001, costs, timed, 0.0002)
     assert run_curve.draft_summary(0.0005, 0.001, 0.01, 9).startswith("draft: 0.100+0.050 (")
     assert "below zero" in run_curve.draft_summary(-0.0005, 0.001, 0.01, 9)
     assert "below zero" not in run_curve.draft_summary(0.0, 0.001, 0.01, 9)
