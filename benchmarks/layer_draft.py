@@ -24,17 +24,10 @@ import gguf
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec_gguf.errors import ConfigError  # noqa: E402
-from specdec_gguf.modelfile import written_whole  # noqa: E402
+from specdec_gguf.modelfile import block_of, written_whole  # noqa: E402
 
 # Gemma 3 270M's draft in judge.py's recordings and matrix.py's gemma-l12-draft case: its first 12 of 18 blocks
 GEMMA_DRAFT_BLOCKS = 12
-
-
-def block_of(tensor_name: str) -> int | None:
-    """The block a tensor belongs to (``blk.7.attn_q.weight`` -> 7), or None for the embedding, output and
-    other tensors outside the blocks."""
-    parts = tensor_name.split(".")
-    return int(parts[1]) if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit() else None
 
 
 def write_layer_draft(source: str | Path, dest: str | Path, blocks: int) -> Path:

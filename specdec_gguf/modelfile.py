@@ -48,6 +48,13 @@ class ModelSummary:
         return {**self.__dict__, "path": str(self.path)}
 
 
+def block_of(tensor_name: str) -> int | None:
+    """The block a tensor belongs to (``blk.7.attn_q.weight`` -> 7), or None for the embedding, output and
+    other tensors outside the blocks."""
+    parts = tensor_name.split(".")
+    return int(parts[1]) if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit() else None
+
+
 @contextmanager
 def written_whole(final: Path) -> Iterator[Path]:
     """A temporary path beside ``final`` to write a model file to: renamed to ``final`` when the block

@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from .errors import ConfigError
+from .modelfile import block_of
 
 _WORDS = (
     "the of and to in is was that for on with as by at from it an be this are or his had not but "
@@ -233,8 +234,7 @@ def write_tiny_family(directory: str | Path, *, seed: int = 0, target_layers: in
     for i in range(draft_layers, target_layers):
         for proj in ("attn_output", "ffn_down"):
             weights[f"blk.{i}.{proj}.weight"] = weights[f"blk.{i}.{proj}.weight"] * np.float32(gain)
-    draft = {n: t for n, t in weights.items()
-             if not n.startswith("blk.") or int(n.split(".")[1]) < draft_layers}
+    draft = {n: t for n, t in weights.items() if (block := block_of(n)) is None or block < draft_layers}
     return TinyFamily(
         target=_write(directory / "tiny-target.gguf", weights, target_layers, shape, dtype, "default",
                       f"tiny-target-{target_layers}L", chat_template=chat_template, special_tokens=special_tokens),
